@@ -1,0 +1,82 @@
+"""Held-out evaluation: greedy completions graded by the same functions the rewards use.
+
+accuracy = share of completions whose <answer> equals the reference (`correctness`);
+format   = share that follow the exact tag layout (`strict_format`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from grpo_lab.config import EvalConfig
+from grpo_lab.rewards.format import strict_format
+from grpo_lab.rewards.math import correctness
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    accuracy: float
+    format: float
+    num_samples: int
+    mean_length: float  # completion tokens
+    samples: list[dict[str, Any]]
+
+    def metrics(self, prefix: str) -> dict[str, float]:
+        return {
+            f"{prefix}/accuracy": self.accuracy,
+            f"{prefix}/format": self.format,
+            f"{prefix}/mean_length": self.mean_length,
+            f"{prefix}/num_samples": float(self.num_samples),
+        }
+
+
+def generate_greedy(model: Any, tokenizer: Any, prompts: list[list[dict]], cfg: EvalConfig, desc: str) -> list[Any]:
+    """(completion text, completion token count) for each conversation, in batches, with a progress bar."""
+    import torch
+    from tqdm.auto import tqdm
+
+    was_training = model.training
+    model.eval()
+    outputs: list[tuple[str, int]] = []
+    try:
+        for start in tqdm(range(0, len(prompts), cfg.batch_size), desc=desc, unit="batch"):
+            batch = prompts[start : start + cfg.batch_size]
+            texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in batch]
+            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            with torch.no_grad():
+                out = model.generate(
+                    **enc,
+                    max_new_tokens=cfg.max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=tokenizer.pad_token_id,
+                    use_cache=True,
+                )
+            new_tokens = out[:, enc["input_ids"].shape[1] :]
+            for row in new_tokens:
+                ids = [t for t in row.tolist() if t != tokenizer.pad_token_id]
+                outputs.append((tokenizer.decode(ids, skip_special_tokens=True), len(ids)))
+    finally:
+        model.train(was_training)
+    return outputs
+
+
+def evaluate(model: Any, tokenizer: Any, dataset: Any, cfg: EvalConfig, desc: str) -> EvalResult:
+    prompts = list(dataset["prompt"])
+    answers = list(dataset["answer"])
+    generated = generate_greedy(model, tokenizer, prompts, cfg, desc)
+    texts = [text for text, _ in generated]
+    correct = correctness(completions=texts, answer=answers)
+    formatted = strict_format(completions=texts)
+    graded = [c for c in correct if c is not None]
+    samples = [
+        {"question": q, "answer": a, "completion": t, "correct": c, "format": f}
+        for q, a, t, c, f in zip(dataset["question"], answers, texts, correct, formatted, strict=True)
+    ]
+    return EvalResult(
+        accuracy=sum(graded) / len(graded) if graded else float("nan"),
+        format=sum(formatted) / len(formatted) if formatted else float("nan"),
+        num_samples=len(texts),
+        mean_length=sum(n for _, n in generated) / len(generated) if generated else 0.0,
+        samples=samples,
+    )

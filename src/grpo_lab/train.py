@@ -1,0 +1,215 @@
+"""`run(cfg, ctx) -> RunResult`: one GRPO training job, top to bottom.
+
+seed -> data -> rewards -> model source check -> GRPOConfig -> W&B -> model -> eval before ->
+GRPOTrainer.train -> eval after -> save -> metrics.json. No argv or environment reading: the CLI
+passes everything in, so a test can call this directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_lab import data as data_mod
+from grpo_lab import models, records
+from grpo_lab.config import RunConfig, to_grpo_config
+from grpo_lab.evaluate import EvalResult, evaluate
+from grpo_lab.rewards import build_rewards
+from grpo_lab.tracking import Tracker, TrackerInfo
+
+log = logging.getLogger("grpo_lab")
+
+# Logged trainer keys kept as the run's final training metrics (prefixed `train/`).
+_REWARD_WINDOW = 5
+
+
+@dataclass(frozen=True)
+class RunContext:
+    run_dir: Path
+    run_name: str
+    group: str | None
+    overrides: list[str]
+    resolved_config: dict[str, Any]  # the whole composed config, nested, for W&B and config.yaml
+    cache_dir: Path
+    extra_tags: tuple[str, ...] = ()
+
+
+@dataclass
+class RunResult:
+    status: str  # finished | failed
+    objective: float
+    objective_metric: str
+    metrics: dict[str, float]
+    run_dir: Path
+    run_name: str
+    tracker: TrackerInfo
+    history: list[dict[str, Any]] = field(default_factory=list)
+    durations: dict[str, float] = field(default_factory=dict)
+
+
+def _history_callback(path: Path, rows: list[dict[str, Any]]) -> Any:
+    """A TrainerCallback that appends each log to history.jsonl as it happens (survives a crash)."""
+    from transformers import TrainerCallback
+
+    class HistoryWriter(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001 (transformers' API)
+            if logs and state.is_world_process_zero and "reward" in logs:
+                row = {"step": state.global_step, **logs}
+                rows.append(row)
+                records.append_jsonl(path, row)
+
+    return HistoryWriter()
+
+
+def _window_mean(rows: list[dict[str, Any]], key: str, first: bool) -> float:
+    values = [r[key] for r in rows if isinstance(r.get(key), int | float)]
+    if not values:
+        return float("nan")
+    k = max(1, min(_REWARD_WINDOW, len(values) // 2))
+    chosen = values[:k] if first else values[-k:]
+    return sum(chosen) / len(chosen)
+
+
+def training_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The last logged value of every numeric trainer key, plus reward means at the start and end."""
+    out: dict[str, float] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key != "step" and isinstance(value, int | float) and not isinstance(value, bool):
+                out[f"train/{key}"] = float(value)
+    out["train/reward_start"] = _window_mean(rows, "reward", first=True)
+    out["train/reward_end"] = _window_mean(rows, "reward", first=False)
+    out["train/steps"] = float(rows[-1]["step"]) if rows else 0.0
+    return out
+
+
+def _save_eval(run_dir: Path, name: str, result: EvalResult) -> None:
+    path = run_dir / f"{name}.jsonl"
+    path.unlink(missing_ok=True)
+    for sample in result.samples:
+        records.append_jsonl(path, sample)
+
+
+def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
+    started = time.monotonic()
+    durations: dict[str, float] = {}
+    run_dir = ctx.run_dir
+    records.write_start(run_dir, ctx.resolved_config, ctx.overrides)
+
+    # Everything that can fail from bad input fails here, before W&B or a model.
+    source = models.resolve_source(cfg.model.name_or_path)
+    models.check_available(source)
+    pair = data_mod.load_datasets(cfg.data)
+    reward_funcs = build_rewards(cfg.reward.functions)
+    tracker = Tracker(cfg.logger, run_dir=run_dir, name=ctx.run_name, group=ctx.group,
+                      tags=[cfg.name, *cfg.logger.tags, *ctx.extra_tags])
+    grpo_args = to_grpo_config(cfg, output_dir=str(run_dir / "trainer"), report_to=tracker.report_to,
+                               run_name=ctx.run_name)
+    durations["setup"] = time.monotonic() - started
+
+    tracker.start(ctx.resolved_config | {"world_size": grpo_args.world_size, "launcher": cfg.launcher.kind})
+    if not tracker.report_to:
+        grpo_args.report_to = []
+    rows: list[dict[str, Any]] = []
+    metrics: dict[str, float] = {}
+    try:
+        from transformers import set_seed
+        from trl import GRPOTrainer
+
+        set_seed(cfg.seed)
+        t = time.monotonic()
+        model, tokenizer = models.load_model_and_tokenizer(cfg.model, ctx.cache_dir)
+        total, trainable = models.count_parameters(model)
+        durations["model_load"] = time.monotonic() - t
+        log.info("Model %s: %s parameters", cfg.model.name_or_path, f"{total:,}")
+
+        if cfg.eval.before:
+            t = time.monotonic()
+            before = evaluate(model, tokenizer, pair.eval, cfg.eval, desc="eval before")
+            durations["eval_before"] = time.monotonic() - t
+            metrics |= before.metrics("eval_before")
+            _save_eval(run_dir, "eval_before", before)
+            tracker.log({k: v for k, v in metrics.items()})
+
+        history_path = run_dir / "history.jsonl"
+        history_path.unlink(missing_ok=True)
+        trainer = GRPOTrainer(
+            model=model,
+            processing_class=tokenizer,
+            reward_funcs=reward_funcs,
+            args=grpo_args,
+            train_dataset=pair.train,
+            peft_config=models.lora_config(cfg.model),
+            callbacks=[_history_callback(history_path, rows)],
+        )
+        t = time.monotonic()
+        trainer.train()
+        durations["train"] = time.monotonic() - t
+        metrics |= training_metrics(rows)
+
+        if cfg.eval.after:
+            t = time.monotonic()
+            after = evaluate(trainer.model, tokenizer, pair.eval, cfg.eval, desc="eval after")
+            durations["eval_after"] = time.monotonic() - t
+            metrics |= after.metrics("eval_after")
+            _save_eval(run_dir, "eval_after", after)
+
+        if cfg.output.save_model:
+            trainer.save_model(str(run_dir / "model"))
+            tokenizer.save_pretrained(str(run_dir / "model"))
+
+        objective = metrics.get(cfg.objective.metric, float("nan"))
+        if cfg.objective.metric not in metrics:
+            log.warning("Objective metric %r was not produced by this run (e.g. eval.after=false); it is NaN.",
+                        cfg.objective.metric)
+        durations["total"] = time.monotonic() - started
+        result = RunResult(
+            status="finished",
+            objective=objective,
+            objective_metric=cfg.objective.metric,
+            metrics=metrics,
+            run_dir=run_dir,
+            run_name=ctx.run_name,
+            tracker=tracker.info,
+            history=rows,
+            durations=durations,
+        )
+        _write_metrics(result, params={"total": total, "trainable": trainable})
+        tracker.summarize({**metrics, "objective": objective, "status": "finished"})
+        tracker.finish(failed=False)
+        return result
+    except BaseException as e:
+        durations["total"] = time.monotonic() - started
+        failed = RunResult(
+            status="failed",
+            objective=float("nan"),
+            objective_metric=cfg.objective.metric,
+            metrics=metrics | training_metrics(rows),
+            run_dir=run_dir,
+            run_name=ctx.run_name,
+            tracker=tracker.info,
+            history=rows,
+            durations=durations,
+        )
+        _write_metrics(failed, error=f"{type(e).__name__}: {e}")
+        tracker.summarize({"status": "failed", "error": f"{type(e).__name__}: {e}"})
+        tracker.finish(failed=True)
+        raise
+
+
+def _write_metrics(result: RunResult, **extra: Any) -> None:
+    records.write_json(
+        result.run_dir / "metrics.json",
+        {
+            "status": result.status,
+            "run_name": result.run_name,
+            "objective": {"metric": result.objective_metric, "value": result.objective},
+            "metrics": result.metrics,
+            "durations_s": result.durations,
+            "wandb": vars(result.tracker),
+            **extra,
+        },
+    )
