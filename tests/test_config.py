@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from conftest import EXPERIMENTS, compose
 
 from grpo_lab import config
 from grpo_lab.errors import ConfigError
 from grpo_lab.grpo_fields import grpo_config_fields
+
+from conftest import EXPERIMENTS, compose
 
 
 def load(*overrides: str) -> config.RunConfig:
@@ -66,8 +67,9 @@ def test_short_knobs_feed_trl(tmp_path):
 
 
 def test_any_grpo_field_can_be_set_under_trainer(tmp_path):
-    run = load("experiment=smoke", "trainer.loss_type=dr_grpo", "trainer.epsilon_high=0.28",
-               "trainer.max_completion_length=64")
+    run = load(
+        "experiment=smoke", "trainer.loss_type=dr_grpo", "trainer.epsilon_high=0.28", "trainer.max_completion_length=64"
+    )
     args = config.to_grpo_config(run, output_dir=str(tmp_path), report_to=[], run_name=None)
     assert (args.loss_type, args.epsilon_high, args.max_completion_length) == ("dr_grpo", 0.28, 64)
 
@@ -79,8 +81,11 @@ def test_reward_weights_map_onto_trl_order():
 
 
 def test_format_length_rewards_and_custom_function():
-    run = load("reward=format_length", "+reward.functions.mine._target_=grpo_lab.rewards.math.int_answer",
-               "+reward.weights.mine=0.25")
+    run = load(
+        "reward=format_length",
+        "+reward.functions.mine._target_=grpo_lab.rewards.math.int_answer",
+        "+reward.weights.mine=0.25",
+    )
     assert list(run.reward.functions) == ["format", "length", "mine"]
     assert run.reward.functions["length"].kwargs == {"ideal_length": 48, "unit": "tokens"}
     assert run.reward.ordered_weights() == [1.0, 0.5, 0.25]
@@ -89,8 +94,12 @@ def test_format_length_rewards_and_custom_function():
 def test_model_options():
     assert load("model=tiny").model.name_or_path == "builtin:tiny-llama"
     assert load("model=qwen2_5_1_5b_instruct").model.name_or_path == "Qwen/Qwen2.5-1.5B-Instruct"
-    run = load("model.name_or_path=/models/mine", "model.lora.enabled=true", "model.lora.r=8",
-               "model.attn_implementation=eager")
+    run = load(
+        "model.name_or_path=/models/mine",
+        "model.lora.enabled=true",
+        "model.lora.r=8",
+        "model.attn_implementation=eager",
+    )
     assert run.model.name_or_path == "/models/mine"
     assert (run.model.lora.enabled, run.model.lora.r, run.model.attn_implementation) == (True, 8, "eager")
 
@@ -132,13 +141,23 @@ def test_batch_divisibility_in_our_words():
 
 
 def test_batch_rule_counts_processes_and_accumulation():
-    run = load("experiment=smoke", "num_generations=8", "trainer.per_device_train_batch_size=4",
-               "optimizer.gradient_accumulation_steps=2")
+    run = load(
+        "experiment=smoke",
+        "num_generations=8",
+        "trainer.per_device_train_batch_size=4",
+        "optimizer.gradient_accumulation_steps=2",
+    )
     config.check_batch_shape(run, num_processes=1)  # 4 x 1 x 2 = 8
     with pytest.raises(ConfigError, match="12 completions"):
         config.check_batch_shape(
-            load("experiment=smoke", "num_generations=8", "trainer.per_device_train_batch_size=4",
-                 "optimizer.gradient_accumulation_steps=3"), num_processes=1)
+            load(
+                "experiment=smoke",
+                "num_generations=8",
+                "trainer.per_device_train_batch_size=4",
+                "optimizer.gradient_accumulation_steps=3",
+            ),
+            num_processes=1,
+        )
 
 
 def test_missing_key_in_a_preset_is_an_error():

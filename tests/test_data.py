@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from grpo_lab.config import ArithmeticData, Gsm8kData, JsonlData
-from grpo_lab.data import WORKED_EXAMPLES, DatasetPair, build_prompt, hub_reachable, load_datasets
+from grpo_lab.data import WORKED_EXAMPLES, DatasetPair, build_prompt, load_datasets
 from grpo_lab.errors import DataError
+from grpo_lab.hub import hub_offline, hub_reachable
 
 GSM8K_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "gsm8k"
 needs_gsm8k = pytest.mark.skipif(not (GSM8K_DIR / "train.jsonl").is_file(), reason=f"no GSM8K files in {GSM8K_DIR}")
@@ -261,8 +262,11 @@ def test_hub_reachable_probes_the_endpoint(monkeypatch: pytest.MonkeyPatch) -> N
         server.listen()
         monkeypatch.setenv("HF_ENDPOINT", f"https://127.0.0.1:{server.getsockname()[1]}")
         assert hub_reachable(timeout=2.0)
+        # Reachable, but the user said offline: the datasets path must not try.
         monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-        assert not hub_reachable()
+        assert hub_offline("HF_DATASETS_OFFLINE")
+        with pytest.raises(DataError, match="cannot be reached"):
+            load_datasets(gsm8k(path=None, eval_path=None))
     monkeypatch.delenv("HF_DATASETS_OFFLINE")
     monkeypatch.setenv("HF_ENDPOINT", f"https://127.0.0.1:{_closed_port()}")
     start = time.monotonic()

@@ -561,7 +561,9 @@ def grpo_kwargs(run: RunConfig, *, output_dir: str, report_to: list[str], run_na
 
 
 def _checkpointing_field() -> str:
-    return "activation_checkpointing" if "activation_checkpointing" in grpo_config_fields() else "gradient_checkpointing"
+    return (
+        "activation_checkpointing" if "activation_checkpointing" in grpo_config_fields() else "gradient_checkpointing"
+    )
 
 
 def to_grpo_config(run: RunConfig, *, output_dir: str, report_to: list[str], run_name: str | None) -> Any:

@@ -18,13 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import re
-import socket
-import threading
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_lab.config import ArithmeticData, DataConfig, Gsm8kData, JsonlData
 from grpo_lab.errors import DataError
+from grpo_lab.hub import hub_endpoint, hub_offline, hub_reachable
 
 if TYPE_CHECKING:
     from datasets import Dataset, Features
@@ -324,55 +320,11 @@ def _load_local(cfg: Gsm8kData | JsonlData, path: str) -> DatasetPair:
 
 
 # ------------------------------------------------------------------------------------------------- hub
-def _env_true(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face Hub can be reached, answered within about ``timeout`` seconds.
-
-    False when ``HF_HUB_OFFLINE`` or ``HF_DATASETS_OFFLINE`` is set (1/true/yes/on), or when no TCP
-    connection to the Hub host (``HF_ENDPOINT``, default https://huggingface.co) opens in time. With an
-    HTTPS proxy configured for that host (``HTTPS_PROXY``, honouring ``NO_PROXY``) the proxy is probed
-    instead. Only a TCP connect: no request is sent, so a reachable host may still refuse later calls.
-    Name resolution runs in the same bounded thread, so a hanging DNS lookup cannot stall the caller.
-    """
-    if _env_true("HF_HUB_OFFLINE") or _env_true("HF_DATASETS_OFFLINE"):
-        return False
-    endpoint = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    host = endpoint.hostname
-    if not host:
-        return False
-    try:
-        port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
-    except ValueError:  # a malformed port in HF_ENDPOINT
-        return False
-    proxy = urllib.request.getproxies().get(endpoint.scheme or "https")
-    if proxy and not urllib.request.proxy_bypass(host):
-        parsed = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-        if parsed.hostname:
-            host, port = parsed.hostname, parsed.port or 8080
-    result: list[bool] = []
-
-    def probe() -> None:
-        try:
-            with socket.create_connection((host, port), timeout=timeout):
-                result.append(True)
-        except OSError:
-            result.append(False)
-
-    # A daemon thread bounds the whole probe (DNS included); a late answer is simply dropped.
-    thread = threading.Thread(target=probe, name="hub-probe", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return bool(result and result[0])
-
-
 def _load_hub(cfg: Gsm8kData) -> DatasetPair:
     if cfg.eval_path is not None:
         raise DataError("`data.eval_path` needs `data.path` (the local train file); set both or neither.")
-    if not hub_reachable():
-        endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    if hub_offline("HF_DATASETS_OFFLINE") or not hub_reachable():
+        endpoint = hub_endpoint()
         raise DataError(
             f"The Hugging Face Hub cannot be reached ({endpoint}) to download `{cfg.hub_id}`. {_OFFLINE_HINT}"
         )

@@ -25,18 +25,15 @@ import importlib.util
 import os
 import re
 import shutil
-import socket
 import sys
 import tempfile
-import threading
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from grpo_lab.errors import ModelError
+from grpo_lab.hub import hub_endpoint, hub_offline, hub_reachable
 
 if TYPE_CHECKING:
     import peft
@@ -109,7 +106,7 @@ def resolve_source(name_or_path: str) -> ModelSource:
     if spec.startswith(PACKAGE_PREFIX):
         return _resolve_package(spec)
     path = Path(spec).expanduser()
-    if path.exists():
+    if spec and path.exists():  # Path("") is the working directory
         return _resolve_local(spec, path)
     if _looks_like_path(spec):
         raise ModelError(f"Model path {spec!r} does not exist.")
@@ -187,10 +184,10 @@ def check_available(source: ModelSource, timeout: float = 3.0) -> None:
     """
     if source.kind != "hub" or _in_hf_cache(source.location):
         return
-    if _hf_offline():
+    if hub_offline("TRANSFORMERS_OFFLINE"):
         reason = "HF_HUB_OFFLINE is set and it is not in the local Hugging Face cache"
-    elif not _hub_reachable(timeout):
-        reason = f"no connection to {_hub_endpoint()} within {timeout:g} s"
+    elif not hub_reachable(timeout):
+        reason = f"no connection to {hub_endpoint()} within {timeout:g} s"
     else:
         return
     raise ModelError(f"Cannot reach the Hugging Face Hub to download {source.location} ({reason}). {OFFLINE_HINT}")
@@ -204,47 +201,6 @@ def _in_hf_cache(repo_id: str) -> bool:
         return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
     except ValueError:  # HFValidationError: not a valid repo id
         return False
-
-
-def _hf_offline() -> bool:
-    # Read the environment now: huggingface_hub.constants froze it at import time.
-    return any(
-        os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}
-        for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-    )
-
-
-def _hub_endpoint() -> str:
-    return os.environ.get("HF_ENDPOINT", "").strip() or "https://huggingface.co"
-
-
-# TODO(lead): share with data.hub_reachable
-def _hub_reachable(timeout: float) -> bool:
-    """Whether a TCP connection to the Hub (or the HTTPS proxy in front of it) opens within ``timeout``."""
-    url = urllib.parse.urlsplit(_hub_endpoint())
-    host = url.hostname or "huggingface.co"
-    port = url.port or (80 if url.scheme == "http" else 443)
-    # Behind a proxy the Hub itself is not directly reachable; the proxy is what must answer.
-    proxy = urllib.request.getproxies().get(url.scheme or "https")
-    if proxy and not urllib.request.proxy_bypass(host):
-        proxy_url = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-        host, port = proxy_url.hostname or host, proxy_url.port or 80
-    return _tcp_connects(host, port, timeout)
-
-
-def _tcp_connects(host: str, port: int, timeout: float) -> bool:
-    # A thread bounds the DNS lookup too, which socket timeouts do not cover.
-    connected = threading.Event()
-
-    def probe() -> None:
-        try:
-            with socket.create_connection((host, port), timeout=timeout):
-                connected.set()
-        except OSError:
-            pass
-
-    threading.Thread(target=probe, name="grpo-lab-hub-probe", daemon=True).start()
-    return connected.wait(timeout)
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -294,7 +250,7 @@ def load_model_and_tokenizer(
 
 def _use_cache_only(repo_id: str) -> bool:
     # A cached model with no network: skip the Hub's retries (tens of seconds) and load from the cache.
-    return _in_hf_cache(repo_id) and (_hf_offline() or not _hub_reachable(3.0))
+    return _in_hf_cache(repo_id) and (hub_offline("TRANSFORMERS_OFFLINE") or not hub_reachable(3.0))
 
 
 def _torch_dtype(name: str) -> torch.dtype | str:
@@ -395,7 +351,7 @@ def _convert_gguf(folder: Path, gguf_file: str, tmp: Path, target: Path) -> None
     """Dequantize ``folder/gguf_file`` into a plain safetensors model plus tokenizer in ``tmp``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    print(f"Converting {gguf_file} once into {target} (~15 s)", file=sys.stderr, flush=True)
+    print(f"Converting {gguf_file} once into {target} (~30 s)", file=sys.stderr, flush=True)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file, padding_side="left")
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file)

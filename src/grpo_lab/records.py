@@ -1,12 +1,12 @@
 """The run folder: what a job leaves behind for people and for `compare`.
 
-    config.yaml       the resolved config (as composed, interpolations resolved)
-    overrides.yaml    the command-line overrides of this job
-    environment.json  package versions, python, platform, git commit of the project
-    history.jsonl     one line per logged trainer step (written live, survives a crash)
-    metrics.json      status, objective, before/after evaluation, final training metrics
-    eval_*.jsonl      the held-out completions, graded
-    model/            the final model or LoRA adapter (unless output.save_model=false)
+config.yaml       the resolved config (as composed, interpolations resolved)
+overrides.yaml    the command-line overrides of this job
+environment.json  package versions, python, platform, git commit of the project
+history.jsonl     one line per logged trainer step (written live, survives a crash)
+metrics.json      status, objective, before/after evaluation, final training metrics
+eval_*.jsonl      the held-out completions, graded
+model/            the final model or LoRA adapter (unless output.save_model=false)
 """
 
 from __future__ import annotations

@@ -33,8 +33,7 @@ def format_run(result: Any) -> str:
         "(held-out, greedy)",
         f"  format       {_pct(m.get('eval_before/format'))} -> {_pct(m.get('eval_after/format'))} (strict tags)",
         f"  objective    {result.objective_metric} = {_num(result.objective, 4)}",
-        f"  time         {_num(result.durations.get('total'), 1)} s "
-        f"(train {_num(result.durations.get('train'), 1)} s)",
+        f"  time         {_num(result.durations.get('total'), 1)} s (train {_num(result.durations.get('train'), 1)} s)",
         f"  run folder   {result.run_dir}",
     ]
     if t.mode == "online":

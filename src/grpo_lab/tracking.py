@@ -106,8 +106,11 @@ class Tracker:
             sync_command=f"wandb sync {run_path}" if self.mode == "offline" else None,
         )
         if self.mode == "offline":
-            log.info("W&B is offline (not logged in): the run is kept in %s; upload it with `wandb sync %s`",
-                     run_path, run_path)
+            log.info(
+                "W&B is offline (not logged in): the run is kept in %s; upload it with `wandb sync %s`",
+                run_path,
+                run_path,
+            )
         return self.info
 
     def log(self, metrics: dict[str, Any]) -> None:

@@ -22,7 +22,7 @@ from grpo_lab.tracking import Tracker, TrackerInfo
 
 log = logging.getLogger("grpo_lab")
 
-# Logged trainer keys kept as the run's final training metrics (prefixed `train/`).
+# Logged steps averaged for the reward at the start and at the end of a run: single steps are noisy.
 _REWARD_WINDOW = 5
 
 
@@ -55,13 +55,31 @@ def _history_callback(path: Path, rows: list[dict[str, Any]]) -> Any:
     from transformers import TrainerCallback
 
     class HistoryWriter(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001 (transformers' API)
+        def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and state.is_world_process_zero and "reward" in logs:
                 row = {"step": state.global_step, **logs}
                 rows.append(row)
                 records.append_jsonl(path, row)
 
     return HistoryWriter()
+
+
+# Shown beside TRL's progress bar instead of a 40-key dict per step (the full logs go to W&B and history.jsonl).
+_BAR_KEYS = {"reward": "reward", "reward_std": "std", "kl": "kl", "completions/mean_length": "len"}
+
+
+def _quiet_progress_bar() -> Any:
+    """transformers' ProgressCallback, with the key metrics as the bar's postfix instead of printed dicts."""
+    from transformers.trainer_callback import ProgressCallback
+
+    class MetricsProgressBar(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.is_world_process_zero and self.training_bar is not None and logs:
+                shown = {short: f"{logs[key]:.3g}" for key, short in _BAR_KEYS.items() if key in logs}
+                if shown:
+                    self.training_bar.set_postfix(shown, refresh=False)
+
+    return MetricsProgressBar
 
 
 def _window_mean(rows: list[dict[str, Any]], key: str, first: bool) -> float:
@@ -104,10 +122,16 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
     models.check_available(source)
     pair = data_mod.load_datasets(cfg.data)
     reward_funcs = build_rewards(cfg.reward.functions)
-    tracker = Tracker(cfg.logger, run_dir=run_dir, name=ctx.run_name, group=ctx.group,
-                      tags=[cfg.name, *cfg.logger.tags, *ctx.extra_tags])
-    grpo_args = to_grpo_config(cfg, output_dir=str(run_dir / "trainer"), report_to=tracker.report_to,
-                               run_name=ctx.run_name)
+    tracker = Tracker(
+        cfg.logger,
+        run_dir=run_dir,
+        name=ctx.run_name,
+        group=ctx.group,
+        tags=[cfg.name, *cfg.logger.tags, *ctx.extra_tags],
+    )
+    grpo_args = to_grpo_config(
+        cfg, output_dir=str(run_dir / "trainer"), report_to=tracker.report_to, run_name=ctx.run_name
+    )
     durations["setup"] = time.monotonic() - started
 
     tracker.start(ctx.resolved_config | {"world_size": grpo_args.world_size, "launcher": cfg.launcher.kind})
@@ -145,6 +169,11 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
             peft_config=models.lora_config(cfg.model),
             callbacks=[_history_callback(history_path, rows)],
         )
+        if not grpo_args.disable_tqdm:
+            from transformers.trainer_callback import ProgressCallback
+
+            trainer.remove_callback(ProgressCallback)
+            trainer.add_callback(_quiet_progress_bar())
         t = time.monotonic()
         trainer.train()
         durations["train"] = time.monotonic() - t
@@ -163,8 +192,10 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
 
         objective = metrics.get(cfg.objective.metric, float("nan"))
         if cfg.objective.metric not in metrics:
-            log.warning("Objective metric %r was not produced by this run (e.g. eval.after=false); it is NaN.",
-                        cfg.objective.metric)
+            log.warning(
+                "Objective metric %r was not produced by this run (e.g. eval.after=false); it is NaN.",
+                cfg.objective.metric,
+            )
         durations["total"] = time.monotonic() - started
         result = RunResult(
             status="finished",

