@@ -1,10 +1,11 @@
-"""The README's quick-start, exactly as typed: SmolLM2-135M from the packaged GGUF, ~8 min on 2 CPU cores."""
+"""The README's quick-start, exactly as typed: SmolLM2-135M from the packaged GGUF, ~7 min on 2 CPU cores."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+
 from conftest import run_cli
 
 
