@@ -3,3 +3,8 @@
 
 def explode(completions, **kwargs):
     raise RuntimeError("this reward fails on purpose")
+
+
+def nan_reward(completions, **kwargs):
+    """NaN for every completion: the per-reward mean TRL logs is then NaN."""
+    return [float("nan")] * len(completions)

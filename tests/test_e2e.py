@@ -131,8 +131,9 @@ def test_a_failing_job_keeps_the_other_and_closes_its_wandb_run(tmp_path, model_
 
 def test_a_wandb_failure_does_not_lose_the_run(tmp_path, model_cache):
     # Online without an API key: wandb.init fails at once; training must go on and be recorded.
-    proc = run_cli(["experiment=smoke", "logger.mode=online", "max_steps=2", "output.save_model=false"],
-                   tmp_path, model_cache)
+    proc = run_cli(
+        ["experiment=smoke", "logger.mode=online", "max_steps=2", "output.save_model=false"], tmp_path, model_cache
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "W&B could not start" in proc.stderr
     assert "could not start" in proc.stdout
@@ -143,8 +144,7 @@ def test_a_wandb_failure_does_not_lose_the_run(tmp_path, model_cache):
 
 
 def test_logger_none_trains_without_wandb(tmp_path, model_cache):
-    proc = run_cli(["experiment=smoke", "logger=none", "max_steps=2", "output.save_model=false"], tmp_path,
-                   model_cache)
+    proc = run_cli(["experiment=smoke", "logger=none", "max_steps=2", "output.save_model=false"], tmp_path, model_cache)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert not list(tmp_path.rglob("*.wandb"))
     assert "disabled (logger=none)" in proc.stdout

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_lab import config as config_mod
 from grpo_lab.errors import GrpoLabError
-from grpo_lab.paths import CONF_DIR, cache_dir
+from grpo_lab.paths import CONF_DIR, SWEEPS_DIR, cache_dir
 
 log = logging.getLogger("grpo_lab")
 
@@ -43,8 +43,29 @@ _FLAGS_WITH_VALUE = {
 }
 
 
+def register_sweeps() -> list[str]:
+    """Offer every `sweeps/<name>.yaml` as the config group option `sweep=<name>`.
+
+    Sweep definitions live in the top-level `sweeps/` folder, outside `conf/`; Hydra's search path can
+    only add roots, not rename a folder into a group, so they are stored in Hydra's ConfigStore.
+    """
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    names = []
+    for path in sorted(SWEEPS_DIR.glob("*.yaml")):
+        store.store(
+            group="sweep", name=path.stem, node=OmegaConf.load(path), package="_global_", provider="grpo_lab sweeps/"
+        )
+        names.append(path.stem)
+    return names
+
+
+register_sweeps()
+
+
 def _config_groups() -> set[str]:
-    return {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
+    return {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"sweep"}
 
 
 def prepare_overrides(args: list[str]) -> tuple[list[str], list[str]]:
@@ -122,7 +143,7 @@ def task(cfg: DictConfig) -> float:
         name, group, overrides = _job_identity(cfg)
         resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
         from grpo_lab import summary
-        from grpo_lab.train import RunContext, run
+        from grpo_lab.train import Objective, RunContext, run
 
         context = RunContext(
             run_dir=Path(HydraConfig.get().runtime.output_dir),
@@ -139,7 +160,7 @@ def task(cfg: DictConfig) -> float:
             raise  # the sweeper records this job as failed and goes on
         sys.exit(1)
     print(summary.format_run(result), flush=True)
-    return result.objective
+    return Objective(result.objective, result.metrics)
 
 
 def main() -> None:

@@ -118,6 +118,8 @@ class OptimizerConfig:
 class EvalConfig:
     before: bool
     after: bool
+    # Also evaluate every N training steps (for curves and for pruning sweep trials); null = never.
+    every_n_steps: int | None
     max_new_tokens: int
     batch_size: int
 
@@ -153,6 +155,18 @@ class OutputConfig:
 
 
 @dataclass(frozen=True)
+class TrialConfig:
+    """Set by the Optuna sweeper for a trial's job: where to report intermediate values."""
+
+    study: str
+    storage: str
+    number: int
+    id: int
+    # The sweep's pruner settings (hydra.sweeper.pruner); null: this trial is not pruned.
+    pruner: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
 class RunConfig:
     name: str
     lr: float
@@ -170,6 +184,7 @@ class RunConfig:
     logger: LoggerConfig
     launcher: LauncherConfig
     output: OutputConfig
+    trial: TrialConfig | None
 
 
 # Keys that users of other libraries type, mapped onto ours.
@@ -268,7 +283,11 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
     if tp is Any:
         return value
     if origin in (Union, types.UnionType):
-        for arg in typing.get_args(tp):
+        args = typing.get_args(tp)
+        schema = [a for a in args if dataclasses.is_dataclass(a)]
+        if isinstance(value, Mapping) and len(schema) == 1:
+            return _convert_dataclass(value, schema[0], path)  # its errors name the exact key
+        for arg in args:
             try:
                 return _convert(value, arg, path)
             except ConfigError:
@@ -470,6 +489,8 @@ def validate(run: RunConfig) -> RunConfig:
     _positive(run.launcher.num_processes, "launcher.num_processes")
     _positive(run.eval.max_new_tokens, "eval.max_new_tokens")
     _positive(run.eval.batch_size, "eval.batch_size")
+    if run.eval.every_n_steps is not None:
+        _positive(run.eval.every_n_steps, "eval.every_n_steps")
     _positive(run.data.num_shots, "data.num_shots", allow_zero=True)
     for name in ("train_size", "eval_size"):
         size = getattr(run.data, name)
@@ -485,22 +506,28 @@ def validate(run: RunConfig) -> RunConfig:
 EVAL_METRICS = ("accuracy", "format", "mean_length")
 
 
-def _check_objective(run: RunConfig) -> None:
-    """The objective must be a metric the run will produce (see train.training_metrics / evaluate)."""
-    metric = run.objective.metric
+def check_metric_name(metric: str) -> None:
+    """A metric a run produces: eval_before/eval_after + one of EVAL_METRICS, or train/<logged key>."""
     prefix, _, name = metric.partition("/")
     if prefix in ("eval_before", "eval_after"):
         if name not in EVAL_METRICS:
             near = _nearest(name, EVAL_METRICS)
             tip = f" Did you mean `{prefix}/{near}`?" if near else ""
-            raise ConfigError(f"`objective.metric={metric}`: {prefix} has {', '.join(EVAL_METRICS)}.{tip}")
-        if not getattr(run.eval, prefix.removeprefix("eval_")):
-            raise ConfigError(f"`objective.metric={metric}` needs `eval.{prefix.removeprefix('eval_')}=true`.")
+            raise ConfigError(f"Metric `{metric}`: {prefix} has {', '.join(EVAL_METRICS)}.{tip}")
     elif prefix != "train" or not name:
         raise ConfigError(
-            f"`objective.metric={metric}` must be `eval_after/<{'|'.join(EVAL_METRICS)}>`, "
-            "`eval_before/...`, or `train/<logged key>` (e.g. `train/reward_end`, `train/kl`)."
+            f"Metric `{metric}` must be `eval_after/<{'|'.join(EVAL_METRICS)}>`, `eval_before/...`, "
+            "or `train/<logged key>` (e.g. `train/reward_end`, `train/kl`)."
         )
+
+
+def _check_objective(run: RunConfig) -> None:
+    """The objective must be a metric the run will produce (see train.training_metrics / evaluate)."""
+    metric = run.objective.metric
+    check_metric_name(metric)
+    prefix = metric.partition("/")[0]
+    if prefix.startswith("eval_") and not getattr(run.eval, prefix.removeprefix("eval_")):
+        raise ConfigError(f"`objective.metric={metric}` needs `eval.{prefix.removeprefix('eval_')}=true`.")
 
 
 def load(cfg: Any) -> RunConfig:

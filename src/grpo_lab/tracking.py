@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import netrc
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,20 @@ def choose_mode(cfg: LoggerConfig) -> str:
     if env == "dryrun":
         return "offline"
     return "online" if wandb_logged_in() else "offline"
+
+
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]+):[^@\s]+@")
+
+
+def redact(value: Any) -> Any:
+    """Hide passwords in URLs (an Optuna storage such as postgresql+psycopg2://user:secret@host/db)."""
+    if isinstance(value, str):
+        return _PASSWORD_IN_URL.sub(r"\1:***@", value)
+    if isinstance(value, dict):
+        return {k: redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
 
 
 @dataclass
@@ -87,7 +102,7 @@ class Tracker:
                 name=self.name,
                 job_type=self.cfg.job_type,
                 tags=self.tags,
-                config=config,
+                config=redact(config),
                 dir=str(self.run_dir),
                 mode=self.mode,
                 reinit="finish_previous",

@@ -37,6 +37,21 @@ class RunContext:
     extra_tags: tuple[str, ...] = ()
 
 
+class Objective(float):
+    """What the Hydra task returns: the objective as a float (any sweeper can use it), carrying all of the
+    run's metrics for sweepers that optimise several (grpo_lab's Optuna sweeper reads `.metrics`)."""
+
+    metrics: dict[str, float]
+
+    def __new__(cls, value: float, metrics: dict[str, float]) -> Objective:
+        obj = super().__new__(cls, value)
+        obj.metrics = dict(metrics)
+        return obj
+
+    def __reduce__(self) -> tuple[Any, ...]:  # joblib/submitit launchers pickle job results
+        return (Objective, (float(self), self.metrics))
+
+
 @dataclass
 class RunResult:
     status: str  # finished | failed
@@ -80,6 +95,30 @@ def _quiet_progress_bar() -> Any:
                     self.training_bar.set_postfix(shown, refresh=False)
 
     return MetricsProgressBar
+
+
+def _monitor_callback(cfg: RunConfig, tracker: Tracker, eval_set: Any, reporter: Any, evals: list) -> Any:
+    """Periodic held-out evaluation (`eval.every_n_steps`) and Optuna pruning, as one TrainerCallback."""
+    from transformers import TrainerCallback
+
+    class TrainingMonitor(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+            every = cfg.eval.every_n_steps
+            step = state.global_step
+            if not every or step % every or step >= state.max_steps or not state.is_world_process_zero:
+                return
+            result = evaluate(model, processing_class, eval_set, cfg.eval, desc=f"eval at step {step}")
+            metrics = {"accuracy": result.accuracy, "format": result.format, "mean_length": result.mean_length}
+            evals.append({"step": step, **metrics})
+            tracker.log({f"eval/{k}": v for k, v in metrics.items()} | {"train/global_step": step})
+            if reporter is not None and reporter.observe_eval(step, metrics):
+                control.should_training_stop = True
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if reporter is not None and logs and "reward" in logs and reporter.observe_log(state.global_step, logs):
+                control.should_training_stop = True
+
+    return TrainingMonitor()
 
 
 def _window_mean(rows: list[dict[str, Any]], key: str, first: bool) -> float:
@@ -134,10 +173,17 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
     )
     durations["setup"] = time.monotonic() - started
 
+    reporter = None
+    if cfg.trial is not None:
+        from grpo_lab.sweep.trial import TrialReporter, intermediate_source
+
+        reporter = TrialReporter(cfg.trial, intermediate_source(cfg))
+
     tracker.start(ctx.resolved_config | {"world_size": grpo_args.world_size, "launcher": cfg.launcher.kind})
     if not tracker.report_to:
         grpo_args.report_to = []
     rows: list[dict[str, Any]] = []
+    evals: list[dict[str, Any]] = []
     metrics: dict[str, float] = {}
     try:
         from transformers import set_seed
@@ -167,7 +213,10 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
             args=grpo_args,
             train_dataset=pair.train,
             peft_config=models.lora_config(cfg.model),
-            callbacks=[_history_callback(history_path, rows)],
+            callbacks=[
+                _history_callback(history_path, rows),
+                _monitor_callback(cfg, tracker, pair.eval, reporter, evals),
+            ],
         )
         if not grpo_args.disable_tqdm:
             from transformers.trainer_callback import ProgressCallback
@@ -178,6 +227,8 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
         trainer.train()
         durations["train"] = time.monotonic() - t
         metrics |= training_metrics(rows)
+        if reporter is not None and reporter.pruned:
+            return _pruned(cfg, ctx, tracker, reporter, metrics, rows, durations, started)
 
         if cfg.eval.after:
             t = time.monotonic()
@@ -213,6 +264,8 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
         tracker.finish(failed=False)
         return result
     except BaseException as e:
+        if reporter is not None and reporter.pruned:
+            raise  # recorded as pruned already
         durations["total"] = time.monotonic() - started
         failed = RunResult(
             status="failed",
@@ -229,6 +282,30 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
         tracker.summarize({"status": "failed", "error": f"{type(e).__name__}: {e}"})
         tracker.finish(failed=True)
         raise
+
+
+def _pruned(cfg, ctx, tracker, reporter, metrics, rows, durations, started) -> RunResult:
+    """Training stopped early on the pruner's word: record it, close W&B tagged `pruned`, tell the sweeper."""
+    from grpo_lab.sweep.trial import pruned_error
+
+    durations["total"] = time.monotonic() - started
+    step, value = reporter.last
+    result = RunResult(
+        status="pruned",
+        objective=float("nan"),
+        objective_metric=cfg.objective.metric,
+        metrics=metrics | {"pruned/step": float(step), "pruned/intermediate_value": value},
+        run_dir=ctx.run_dir,
+        run_name=ctx.run_name,
+        tracker=tracker.info,
+        history=rows,
+        durations=durations,
+    )
+    _write_metrics(result)
+    tracker.add_tags("pruned")
+    tracker.summarize({"status": "pruned", "pruned/step": step, "pruned/intermediate_value": value})
+    tracker.finish(failed=False)
+    raise pruned_error(reporter)
 
 
 def _write_metrics(result: RunResult, **extra: Any) -> None:

@@ -1,0 +1,113 @@
+"""What a sweep shows and leaves behind: the trials table, and `best.yaml` with the command to re-run it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from pathlib import Path
+from typing import Any
+
+from grpo_lab.sweep.space import format_value
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def _duration(trial: Any) -> str:
+    if trial.datetime_start is None or trial.datetime_complete is None:
+        return "-"
+    return f"{(trial.datetime_complete - trial.datetime_start).total_seconds():.0f}s"
+
+
+def best_trials(study: Any) -> list[Any]:
+    """The best trial (single objective) or the Pareto-optimal trials (several)."""
+    from optuna.trial import TrialState
+
+    if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        return []
+    return [study.best_trial] if len(study.directions) == 1 else list(study.best_trials)
+
+
+def trials_table(study: Any, metrics: list[str]) -> str:
+    """One line per trial: number, state, value(s), parameters, duration; the best marked with *."""
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    best = {t.number for t in best_trials(study)}
+    names = sorted({name for t in trials for name in t.params})
+    header = ["#", "state", *metrics, *names, "time", "note"]
+    rows = []
+    for t in trials:
+        values = t.values if t.values is not None else [None] * len(metrics)
+        note = t.user_attrs.get("error", "")
+        if t.state.name == "PRUNED":
+            note = t.user_attrs.get("pruned", "pruned")
+        rows.append(
+            [
+                f"{t.number}{'*' if t.number in best else ''}",
+                t.state.name.lower(),
+                *[_fmt(v) if v is not None else "-" for v in values],
+                *[_fmt(t.params[n]) if n in t.params else "-" for n in names],
+                _duration(t),
+                (note[:60] + "...") if len(note) > 63 else note,
+            ]
+        )
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
+    lines = [
+        "  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=False)).rstrip() for line in [header, *rows]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def rerun_command(overrides: list[str]) -> str:
+    """`python -m grpo_lab ...` for a trial: its overrides minus the sweep machinery."""
+    keep = []
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+")
+        if key in ("sweep", "trial", "logger.name", "logger.group") or key.startswith("hydra"):
+            continue
+        # `++` is how grpo_lab passes plain keys on; the CLI adds it again. A user's own `+` stays.
+        keep.append(o.removeprefix("++"))
+    return " ".join(["python", "-m", "grpo_lab", *keep])
+
+
+def write_best(study: Any, path: Path, *, metrics: list[str], storage: str) -> Path | None:
+    """`best.yaml`: the best trial (or the Pareto front) as parameters plus the exact command to re-run it."""
+    from omegaconf import OmegaConf
+
+    best = best_trials(study)
+    if not best:
+        return None
+    entries = []
+    for t in best:
+        overrides = list(t.user_attrs.get("overrides", []))
+        entries.append(
+            {
+                "trial": t.number,
+                "values": dict(zip(metrics, t.values, strict=True)),
+                "params": dict(t.params),
+                "run_dir": t.user_attrs.get("run_dir"),
+                "overrides": [o for o in overrides if not o.lstrip("+").startswith(("trial=", "hydra."))],
+                "command": rerun_command(overrides),
+            }
+        )
+    data: dict[str, Any] = {
+        "study": study.study_name,
+        "storage": storage,
+        "directions": [d.name.lower() for d in study.directions],
+        "updated": dt.datetime.now().isoformat(timespec="seconds"),
+    }
+    if len(entries) == 1:
+        data |= entries[0]
+    else:
+        data["pareto_front"] = entries
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(data)), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+__all__ = ["best_trials", "format_value", "rerun_command", "trials_table", "write_best"]

@@ -1,0 +1,125 @@
+"""A search space written in Hydra's override grammar, turned into Optuna distributions.
+
+    lr: tag(log, interval(1e-6, 1e-4))   -> FloatDistribution(1e-6, 1e-4, log=True)
+    beta: interval(0.0, 0.1)             -> FloatDistribution(0.0, 0.1)
+    num_generations: choice(2, 4, 8)     -> CategoricalDistribution([2, 4, 8])
+    optimizer.gradient_accumulation_steps: range(1, 5)  -> IntDistribution(1, 4)
+    model: tiny,smollm2_135m_gguf        -> a choice of config-group options
+
+Anything that is not a sweep is a fixed override passed to every trial as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from grpo_lab.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str  # the config key or group, as Optuna's parameter name
+    key_element: str  # what goes left of `=` in the trial's override (`++lr`, `model`)
+    distribution: Any  # an optuna.distributions.BaseDistribution
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    params: tuple[Param, ...]
+    fixed: tuple[str, ...]  # overrides given to every trial unchanged
+
+    def overrides_for(self, values: dict[str, Any]) -> list[str]:
+        """The overrides that run one trial with these sampled values."""
+        return [*self.fixed, *(f"{p.key_element}={format_value(values[p.name])}" for p in self.params)]
+
+
+def format_value(value: Any) -> str:
+    """A value in Hydra's override grammar (strings quoted when needed)."""
+    from hydra.core.override_parser.types import Override
+
+    return Override._get_value_element_as_str(value)
+
+
+def _key_element(override: Any, groups: set[str]) -> str:
+    """Force-add plain config keys (our CLI does the same) so any TRL field can be swept; groups stay plain."""
+    element = override.get_key_element()
+    key = override.key_or_group
+    if element.startswith(("+", "~")) or key in groups or "/" in key or key.startswith("hydra."):
+        return element
+    return "++" + element
+
+
+def _distribution(override: Any) -> Any:
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    sweep = override.value()
+    key = override.key_or_group
+    log = "log" in sweep.tags
+    if isinstance(sweep, ChoiceSweep):
+        return CategoricalDistribution(list(sweep.list))
+    if isinstance(sweep, RangeSweep):
+        if all(isinstance(v, int) for v in (sweep.start, sweep.stop, sweep.step)):
+            # Hydra's range excludes its stop, like Python's.
+            return IntDistribution(int(sweep.start), int(sweep.stop) - 1, step=int(sweep.step), log=log)
+        return CategoricalDistribution(list(sweep.range()))
+    if isinstance(sweep, IntervalSweep):
+        low, high = sweep.start, sweep.end
+        if low is None or high is None or low >= high:
+            raise ConfigError(f"Sweep `{key}`: interval({low}, {high}) needs low < high.")
+        if log and low <= 0:
+            raise ConfigError(f"Sweep `{key}`: a log interval needs low > 0, got {low}.")
+        if isinstance(low, int) and isinstance(high, int):
+            return IntDistribution(low, high, log=log)
+        return FloatDistribution(float(low), float(high), log=log)
+    raise ConfigError(f"Sweep `{key}`: unsupported sweep {sweep!r} (use choice, range, interval, tag(log, ...)).")
+
+
+def expand_wildcards(params: dict[str, Any], config: Any) -> dict[str, Any]:
+    """`reward.weights.*: interval(0, 2)` -> one parameter per key of `reward.weights` in the composed config.
+
+    So a sweep file can say "every reward of whatever reward set is selected".
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if not key.endswith(".*"):
+            out[key] = value
+            continue
+        node = OmegaConf.select(config, key[:-2])
+        if not isinstance(node, DictConfig) or not node:
+            raise ConfigError(f"Sweep parameter `{key}`: `{key[:-2]}` is not a non-empty mapping in the config.")
+        for child in node:
+            out.setdefault(f"{key[:-2]}.{child}", value)
+    return out
+
+
+def parse_space(params: dict[str, Any], arguments: list[str], groups: set[str]) -> SearchSpace:
+    """The sweep file's `params` plus the command line's overrides; the command line wins per key."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    lines = [f"{key}={value}" for key, value in (params or {}).items()]
+    by_key: dict[str, Any] = {}
+    try:
+        for override in parser.parse_overrides(lines) + parser.parse_overrides(list(arguments)):
+            by_key[override.key_or_group] = override
+    except Exception as e:  # Hydra's grammar errors say exactly what is wrong with the expression
+        raise ConfigError(f"Cannot parse the sweep's search space: {e}") from e
+    found: list[Param] = []
+    fixed: list[str] = []
+    for key, override in by_key.items():
+        if override.is_sweep_override():
+            found.append(
+                Param(name=key, key_element=_key_element(override, groups), distribution=_distribution(override))
+            )
+        else:
+            fixed.append(f"{override.get_key_element()}={override.get_value_element_as_str()}")
+    if not found:
+        raise ConfigError(
+            "The sweep has no search space: add `hydra.sweeper.params` (e.g. `lr: tag(log, interval(1e-6, 1e-4))`) "
+            "or sweep overrides on the command line."
+        )
+    return SearchSpace(params=tuple(found), fixed=tuple(fixed))

@@ -1,0 +1,71 @@
+"""Hydra discovers this package (the `hydra_plugins` namespace) and registers `hydra/sweeper=grpo_optuna`.
+
+Kept import-light: Optuna is imported only when a sweep starts, so `--help` and `--cfg` stay fast.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class ObjectiveConf:
+    # A key of the run's metrics (eval_after/accuracy, eval_after/mean_length, train/kl, train/reward_end ...).
+    metric: str = "eval_after/accuracy"
+    direction: str = "maximize"
+
+
+@dataclass
+class SamplerConf:
+    # tpe | random | nsgaii
+    name: str = "tpe"
+    # Worker k of a study uses seed + k, so concurrent workers propose different points.
+    seed: Optional[int] = 42
+    # TPE samples at random this many trials before modelling.
+    n_startup_trials: int = 4
+
+
+@dataclass
+class PrunerConf:
+    # median | successive_halving | hyperband | none
+    name: str = "median"
+    # median: prune only once this many trials finished, and not before this step.
+    n_startup_trials: int = 2
+    n_warmup_steps: int = 1
+    # successive_halving / hyperband: the first rung, in training steps.
+    min_resource: int = 1
+    reduction_factor: int = 3
+
+
+@dataclass
+class GrpoOptunaSweeperConf:
+    _target_: str = "hydra_plugins.grpo_lab_sweeper.sweeper.GrpoOptunaSweeper"
+    study_name: str = "grpo_lab"
+    # null: sqlite:///outputs/sweeps/optuna.db. Any Optuna RDB URL (postgresql+psycopg2://...), or
+    # journal:<path> for a journal file shared by workers without a database.
+    storage: Optional[str] = None
+    # Trial folders go under <sweep_root>/<study_name>/trial_<n>/.
+    sweep_root: str = "outputs/sweeps"
+    # The number of finished (complete or pruned) trials the study should reach, over all workers and
+    # restarts: re-running the command continues the study up to it.
+    n_trials: int = 8
+    # Trials launched at once (with hydra/launcher=joblib they run in parallel).
+    n_jobs: int = 1
+    objectives: Any = field(default_factory=lambda: [ObjectiveConf()])
+    sampler: SamplerConf = field(default_factory=SamplerConf)
+    pruner: PrunerConf = field(default_factory=PrunerConf)
+    # key: override-grammar sweep, e.g. `lr: tag(log, interval(1e-6, 1e-4))`.
+    params: Any = field(default_factory=dict)
+    # Parameter sets to try first (only when the study is new), e.g. a known-good config.
+    enqueue: Any = field(default_factory=list)
+    # Stop the sweep when more than this fraction of ended trials failed (after at least 3).
+    max_failure_fraction: float = 0.5
+    # Re-run a trial left RUNNING by a killed worker up to this many times (0: only mark it failed).
+    retry_failed: int = 0
+    # Seconds between heartbeats of running trials; a trial silent for grace_period is stale.
+    heartbeat_interval: int = 10
+    grace_period: int = 30
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="grpo_optuna", node=GrpoOptunaSweeperConf, provider="grpo_lab")

@@ -1,0 +1,264 @@
+"""grpo_lab's Hydra sweeper on current Optuna: ask a trial, launch it as a Hydra job, tell the result.
+
+The released hydra-optuna-sweeper pins optuna<3, cannot prune and leaves NaN trials RUNNING; this one
+uses Optuna >= 5 with pruning from inside the training job, fault tolerance (a failing, NaN or killed
+trial is recorded FAIL with its reason, the sweep goes on), resumable studies whose `n_trials` is a
+target shared by all workers, and stable trial folders with a running `best.yaml`.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+from hydra.core.utils import JobStatus
+from hydra.plugins.sweeper import Sweeper
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger("grpo_lab")
+
+# We use heartbeats and stale-trial failing outside Study.optimize on purpose (ask/tell across jobs).
+warnings.filterwarnings("ignore", message=".*Heartbeat of storage is supposed to be used with Study.optimize")
+warnings.filterwarnings("ignore", message=r".*(heartbeat_interval|fail_stale_trials).*experimental")
+
+DEFAULT_STORAGE = "sqlite:///outputs/sweeps/optuna.db"
+
+
+class SweepError(RuntimeError):
+    """The sweep as a whole cannot go on (e.g. it fails everywhere)."""
+
+
+class _Heartbeat:
+    """Tells the storage that these trials are alive while their jobs run (stale ones are failed on resume)."""
+
+    def __init__(self, storage: Any, trial_ids: list[int], interval: float) -> None:
+        from optuna.storages import RDBStorage
+
+        self._beat = isinstance(storage, RDBStorage)
+        self._storage, self._ids, self._interval = storage, trial_ids, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="grpo-lab-heartbeat", daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            for trial_id in self._ids:
+                try:
+                    self._storage.record_heartbeat(trial_id)
+                except Exception as e:  # a missed beat only makes the trial look stale later
+                    log.debug("heartbeat failed: %s", e)
+            if self._stop.wait(self._interval):
+                return
+
+    def __enter__(self) -> _Heartbeat:
+        if self._beat:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._beat:
+            self._thread.join(timeout=5)
+
+
+class GrpoOptunaSweeper(Sweeper):
+    def __init__(self, **settings: Any) -> None:
+        self.settings = OmegaConf.create(settings)
+        self.config: DictConfig | None = None
+        self.launcher: Any = None
+        self.job_idx = 0
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        s = self.settings
+        # Stable folders: outputs/sweeps/<study>/trial_<n>/, the same when the study is resumed.
+        with open_dict(config):
+            config.hydra.sweep.dir = str(Path(s.sweep_root) / s.study_name)
+        self.config = config
+        self.sweep_dir = Path(config.hydra.sweep.dir)
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    # ------------------------------------------------------------------------------------------ sweep
+    def sweep(self, arguments: list[str]) -> None:
+        import optuna
+        from optuna.trial import TrialState
+
+        from grpo_lab.config import check_metric_name
+        from grpo_lab.sweep import storage as st
+        from grpo_lab.sweep.report import trials_table, write_best
+        from grpo_lab.sweep.samplers import build_pruner, build_sampler
+        from grpo_lab.sweep.space import expand_wildcards, parse_space
+
+        s = self.settings
+        objectives = list(s.objectives)
+        for o in objectives:
+            check_metric_name(o.metric)
+        metrics = [o.metric for o in objectives]
+        directions = [o.direction for o in objectives]
+        multi = len(objectives) > 1
+        params = expand_wildcards(OmegaConf.to_container(s.params) or {}, self.config)
+        space = parse_space(params, arguments, _groups())
+        url = s.storage or DEFAULT_STORAGE
+        storage = st.make_storage(
+            url, heartbeat_interval=s.heartbeat_interval, grace_period=s.grace_period, max_retry=s.retry_failed
+        )
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        with st.claim_lock(url, storage, s.study_name):
+            study = st.create_or_load_study(
+                s.study_name, storage, directions=directions, sampler=optuna.samplers.RandomSampler(), pruner=None
+            )
+            worker = int(study.user_attrs.get("grpo_lab_workers", 0))
+            study.set_user_attr("grpo_lab_workers", worker + 1)
+            if worker == 0 and not study.get_trials(deepcopy=False):
+                for params in s.enqueue or []:
+                    study.enqueue_trial(OmegaConf.to_container(params))
+        # Each worker its own sampler seed, so that concurrent workers do not propose the same points.
+        seed = None if s.sampler.seed is None else int(s.sampler.seed) + worker
+        study.sampler = build_sampler(s.sampler, seed)
+        study.pruner = build_pruner(None if multi else s.pruner)
+        if multi:
+            log.info("Multi-objective sweep (%s): trials run without pruning.", ", ".join(metrics))
+        log.info(
+            "Study %r in %s: target %d finished trials, %d at a time (worker %d, sampler seed %s).",
+            s.study_name,
+            url,
+            s.n_trials,
+            s.n_jobs,
+            worker,
+            seed,
+        )
+        finished_states = (TrialState.COMPLETE, TrialState.PRUNED)
+        while True:
+            st.fail_stale(study, storage)
+            with st.claim_lock(url, storage, s.study_name):
+                done = len(study.get_trials(deepcopy=False, states=finished_states))
+                running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+                batch = min(s.n_jobs, s.n_trials - done - running)
+                trials = [study.ask({p.name: p.distribution for p in space.params}) for _ in range(max(batch, 0))]
+            if not trials:
+                break
+            self._run_batch(study, storage, url, trials, space, metrics, worker)
+            write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=url)
+            self._check_failures(study)
+        st.fail_stale(study, storage)
+        print(f"\n== grpo_lab sweep `{s.study_name}` ({url}) ==", flush=True)
+        print(trials_table(study, metrics), flush=True)
+        best = write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=url)
+        if best is not None:
+            from grpo_lab.sweep.report import best_trials
+
+            label = "Pareto-optimal trials" if multi else "Best trial"
+            print(f"\n{label}: {', '.join('#' + str(t.number) for t in best_trials(study))}  (details in {best})")
+            for t in best_trials(study)[:5]:
+                print(f"  #{t.number}: {t.user_attrs.get('command', '')}")
+        print(f"Dashboard: optuna-dashboard {url}", flush=True)
+
+    # ----------------------------------------------------------------------------------------- trials
+    def _trial_overrides(self, trial: Any, space: Any, url: str, arguments_keys: set[str]) -> list[str]:
+        from grpo_lab.sweep.space import format_value
+
+        s = self.settings
+        pruning = s.pruner.name != "none" and len(s.objectives) == 1
+        info = {
+            "study": s.study_name,
+            "storage": url,
+            "number": trial.number,
+            "id": trial._trial_id,
+            "pruner": OmegaConf.to_container(s.pruner) if pruning else None,
+        }
+        extra = [
+            f"++trial={format_value(info)}",
+            f"hydra.sweep.dir={format_value(str(self.sweep_dir))}",
+            f"hydra.sweep.subdir=trial_{trial.number}",
+        ]
+        if "logger.group" not in arguments_keys:
+            extra.append(f"++logger.group={format_value(s.study_name)}")
+        if "logger.name" not in arguments_keys:
+            extra.append(f"++logger.name=trial_{trial.number}")
+        return [*space.overrides_for(trial.params), *extra]
+
+    def _run_batch(
+        self, study: Any, storage: Any, url: str, trials: list, space: Any, metrics: list[str], worker: int
+    ) -> None:
+        keys = {o.split("=", 1)[0].lstrip("+~") for o in space.fixed}
+        batch = [self._trial_overrides(t, space, url, keys) for t in trials]
+        for trial, overrides in zip(trials, batch, strict=True):
+            trial.set_user_attr("overrides", overrides)
+            trial.set_user_attr("worker", worker)
+            from grpo_lab.sweep.report import rerun_command
+
+            trial.set_user_attr("command", rerun_command(overrides))
+            log.info("Trial %d: %s", trial.number, " ".join(space.overrides_for(trial.params)[len(space.fixed) :]))
+        with _Heartbeat(storage, [t._trial_id for t in trials], self.settings.heartbeat_interval):
+            returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
+        self.job_idx += len(batch)
+        for trial, ret in zip(trials, returns, strict=True):
+            self._tell(study, trial, ret, metrics)
+
+    def _tell(self, study: Any, trial: Any, ret: Any, metrics: list[str]) -> None:
+        import optuna
+        from optuna.trial import TrialState
+
+        if ret.hydra_cfg is not None:
+            trial.set_user_attr("run_dir", str(ret.hydra_cfg.hydra.runtime.output_dir))
+        if ret.status == JobStatus.COMPLETED:
+            value = ret._return_value
+            run_metrics = getattr(value, "metrics", None)
+            try:
+                if run_metrics is not None:
+                    values = [float(run_metrics.get(m, float("nan"))) for m in metrics]
+                elif len(metrics) == 1:
+                    values = [float(value)]
+                else:
+                    raise TypeError(f"the task returned {type(value).__name__}, not one value per objective")
+            except (TypeError, ValueError) as e:
+                return self._fail(study, trial, f"{type(e).__name__}: {e}")
+            bad = [m for m, v in zip(metrics, values, strict=True) if not math.isfinite(v)]
+            if bad:
+                return self._fail(study, trial, f"objective {', '.join(bad)} is {values[metrics.index(bad[0])]}")
+            study.tell(trial, values)
+            log.info("Trial %d finished: %s", trial.number, dict(zip(metrics, values, strict=True)))
+            return None
+        error = ret._return_value
+        if isinstance(error, optuna.TrialPruned):
+            trial.set_user_attr("pruned", str(error))
+            study.tell(trial, state=TrialState.PRUNED)
+            log.info("Trial %d pruned: %s", trial.number, error)
+            return None
+        return self._fail(study, trial, f"{type(error).__name__}: {error}")
+
+    @staticmethod
+    def _fail(study: Any, trial: Any, reason: str) -> None:
+        from optuna.trial import TrialState
+
+        trial.set_user_attr("error", reason[:2000])
+        study.tell(trial, state=TrialState.FAIL)
+        log.warning("Trial %d failed: %s", trial.number, reason.splitlines()[0] if reason else "")
+
+    def _check_failures(self, study: Any) -> None:
+        from optuna.trial import TrialState
+
+        trials = study.get_trials(deepcopy=False)
+        failed = [t for t in trials if t.state == TrialState.FAIL]
+        ended = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)]
+        limit = self.settings.max_failure_fraction
+        if len(ended) >= max(3, self.settings.n_jobs) and len(failed) / len(ended) > limit:
+            reasons = collections.Counter(t.user_attrs.get("error", "?").splitlines()[0][:300] for t in failed)
+            common, count = reasons.most_common(1)[0]
+            raise SweepError(
+                f"{len(failed)} of {len(ended)} trials failed (more than max_failure_fraction={limit}); "
+                f"the most common error ({count}x): {common}"
+            )
+
+
+def _groups() -> set[str]:
+    from grpo_lab.paths import CONF_DIR
+
+    return {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"sweep"}

@@ -1,0 +1,353 @@
+"""Optuna sweeps through grpo_lab's own Hydra sweeper: real SQLite/PostgreSQL storage, real GRPO trials."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from grpo_lab.errors import ConfigError
+from grpo_lab.sweep.space import parse_space
+from grpo_lab.wandb_files import find_runs, read_run
+
+from conftest import REPO, cli_env, run_cli
+
+# Fast trials: the tiny model, 2 steps, no evaluation before training, nothing saved.
+FAST = ["experiment=smoke", "max_steps=2", "eval.before=false", "output.save_model=false"]
+GROUPS = {"model", "data", "experiment", "sweep"}
+
+
+def sqlite(cwd: Path) -> str:
+    return f"sqlite:///{cwd / 'outputs' / 'sweeps' / 'optuna.db'}"
+
+
+def load(cwd: Path, name: str, storage: str | None = None) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=storage or sqlite(cwd))
+
+
+def write_sweep(config_dir: Path, name: str, body: str) -> list[str]:
+    """A sweep of the test's own, offered as `sweep=<name>` through Hydra's --config-dir."""
+    (config_dir / "sweep").mkdir(parents=True, exist_ok=True)
+    header = "# @package _global_\ndefaults:\n  - override /hydra/sweeper: grpo_optuna\n"
+    (config_dir / "sweep" / f"{name}.yaml").write_text(header + body)
+    return ["--config-dir", str(config_dir), f"sweep={name}"]
+
+
+# ------------------------------------------------------------------------------------------- parsing
+def test_search_space_from_override_grammar():
+    space = parse_space(
+        {
+            "lr": "tag(log, interval(1e-6, 1e-4))",
+            "beta": "interval(0.0, 0.1)",
+            "num_generations": "choice(2, 4, 8)",
+            "optimizer.gradient_accumulation_steps": "range(1, 4)",
+        },
+        ["experiment=smoke", "++seed=1,2", "model=tiny"],
+        GROUPS,
+    )
+    dists = {p.name: p.distribution for p in space.params}
+    assert dists["lr"] == optuna.distributions.FloatDistribution(1e-6, 1e-4, log=True)
+    assert dists["beta"] == optuna.distributions.FloatDistribution(0.0, 0.1)
+    assert dists["num_generations"] == optuna.distributions.CategoricalDistribution([2, 4, 8])
+    assert dists["optimizer.gradient_accumulation_steps"] == optuna.distributions.IntDistribution(1, 3)
+    assert dists["seed"] == optuna.distributions.CategoricalDistribution([1, 2])
+    assert space.fixed == ("experiment=smoke", "model=tiny")
+    overrides = space.overrides_for(
+        {"lr": 2e-5, "beta": 0.05, "num_generations": 4, "optimizer.gradient_accumulation_steps": 2, "seed": 1}
+    )
+    assert "++lr=2e-05" in overrides and "++num_generations=4" in overrides and "++seed=1" in overrides
+
+
+def test_search_space_errors():
+    with pytest.raises(ConfigError, match="no search space"):
+        parse_space({}, ["experiment=smoke"], GROUPS)
+    with pytest.raises(ConfigError, match="log interval needs low > 0"):
+        parse_space({"beta": "tag(log, interval(0.0, 0.1))"}, [], GROUPS)
+
+
+def test_misspelt_sweep_lists_the_available_ones(tmp_path, model_cache):
+    proc = run_cli(["-m", "sweep=lr_bta", *FAST], tmp_path, model_cache, timeout=60)
+    assert proc.returncode != 0
+    assert "lr_beta" in proc.stderr and "grpo" in proc.stderr and "pareto" in proc.stderr
+
+
+# --------------------------------------------------------------------------------------- full sweeps
+def test_grpo_sweep_runs_trials_tracks_them_and_best_yaml_reruns(tmp_path, model_cache):
+    proc = run_cli(["-m", "sweep=grpo", *FAST, "hydra.sweeper.n_trials=4"], tmp_path, model_cache, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    study = load(tmp_path, "grpo")
+    finished = study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    assert len(finished) == 4 == len(study.trials)
+    sampled = {"num_generations", "lr", "beta", "reward.weights.correctness", "reward.weights.xmlcount"}
+    assert sampled <= set(finished[0].params)
+    # Stable trial folders, one W&B run per trial, all in the study's group.
+    sweep_dir = tmp_path / "outputs" / "sweeps" / "grpo"
+    runs = {}
+    for trial in study.trials:
+        (path,) = find_runs(sweep_dir / f"trial_{trial.number}")
+        runs[trial.number] = read_run(path)
+    assert {r.group for r in runs.values()} == {"grpo"}
+    assert all(r.config["trial"]["number"] == n for n, r in runs.items())
+    assert runs[0].config["lr"] == pytest.approx(study.trials[0].params["lr"])
+    # The table and the best trial.
+    assert "== grpo_lab sweep `grpo`" in proc.stdout and "Best trial: #" in proc.stdout
+    best = yaml.safe_load((sweep_dir / "best.yaml").read_text())
+    assert best["trial"] == study.best_trial.number
+    assert best["command"].startswith("python -m grpo_lab ")
+    # Re-run the winner exactly as best.yaml says, and find its parameters in the new run's config.
+    args = best["command"].split()[3:]
+    (tmp_path / "rerun").mkdir()
+    rerun = run_cli(args, tmp_path / "rerun", model_cache, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    (metrics_file,) = (tmp_path / "rerun" / "outputs").rglob("metrics.json")
+    config = yaml.safe_load((metrics_file.parent / "config.yaml").read_text())
+    params = study.best_trial.params
+    assert config["lr"] == pytest.approx(params["lr"]) and config["num_generations"] == params["num_generations"]
+    assert config["reward"]["weights"]["correctness"] == pytest.approx(params["reward.weights.correctness"])
+
+
+def test_failures_are_recorded_and_the_sweep_goes_on(tmp_path, model_cache):
+    extra = "reward.functions.extra._target_"
+    args = write_sweep(
+        tmp_path / "conf",
+        "failures",
+        f"""
+hydra:
+  sweeper:
+    study_name: failures
+    n_trials: 1
+    max_failure_fraction: 1.0
+    objectives: [{{metric: train/rewards/extra/mean, direction: maximize}}]
+    pruner: {{name: none}}
+    params:
+      +{extra}: choice(grpo_lab.rewards.math.int_answer, failing_rewards.explode, failing_rewards.nan_reward)
+      num_generations: choice(4, 3)
+    enqueue:
+      - {{{extra}: failing_rewards.explode, num_generations: 4}}
+      - {{{extra}: failing_rewards.nan_reward, num_generations: 4}}
+      - {{{extra}: grpo_lab.rewards.math.int_answer, num_generations: 3}}
+      - {{{extra}: grpo_lab.rewards.math.int_answer, num_generations: 4}}
+""",
+    )
+    proc = run_cli(
+        ["-m", *args, *FAST, "+reward.weights.extra=1.0"],
+        tmp_path,
+        model_cache,
+        timeout=600,
+        PYTHONPATH=str(REPO / "tests"),
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    trials = load(tmp_path, "failures").trials
+    assert [t.state for t in trials] == [TrialState.FAIL] * 3 + [TrialState.COMPLETE]
+    assert "this reward fails on purpose" in trials[0].user_attrs["error"]
+    assert "is nan" in trials[1].user_attrs["error"]
+    assert "not a multiple of num_generations=3" in trials[2].user_attrs["error"]
+
+
+def test_pruning_stops_a_clearly_bad_trial_early(tmp_path, model_cache):
+    args = write_sweep(
+        tmp_path / "conf",
+        "prune",
+        """
+hydra:
+  sweeper:
+    study_name: prune
+    n_trials: 3
+    objectives: [{metric: train/reward_end, direction: maximize}]
+    pruner: {name: median, n_startup_trials: 1, n_warmup_steps: 0}
+    params:
+      # An ideal length of 2 characters: every completion scores 0, clearly worse than 40.
+      reward.functions.length.ideal_length: choice(40, 2)
+    enqueue:
+      - {reward.functions.length.ideal_length: 40}
+      - {reward.functions.length.ideal_length: 40}
+      - {reward.functions.length.ideal_length: 2}
+""",
+    )
+    proc = run_cli(
+        ["-m", *args, *FAST, "max_steps=6", "eval.after=false", "objective.metric=train/reward_end"],
+        tmp_path,
+        model_cache,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    trials = load(tmp_path, "prune").trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.PRUNED]
+    sweep_dir = tmp_path / "outputs" / "sweeps" / "prune"
+    steps = [len((sweep_dir / f"trial_{n}" / "history.jsonl").read_text().splitlines()) for n in range(3)]
+    assert steps[2] < steps[0] == 6
+    (path,) = find_runs(sweep_dir / "trial_2")
+    run = read_run(path)
+    assert "pruned" in run.tags and run.state == "finished"
+
+
+def test_pareto_sweep_records_both_objectives(tmp_path, model_cache):
+    proc = run_cli(["-m", "sweep=pareto", *FAST, "hydra.sweeper.n_trials=3"], tmp_path, model_cache, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    study = load(tmp_path, "pareto")
+    assert len(study.directions) == 2
+    assert all(t.state == TrialState.COMPLETE and len(t.values) == 2 for t in study.trials)
+    assert "Pareto-optimal trials: #" in proc.stdout
+    best = yaml.safe_load((tmp_path / "outputs" / "sweeps" / "pareto" / "best.yaml").read_text())
+    assert {e["trial"] for e in best["pareto_front"]} == {t.number for t in study.best_trials}
+
+
+# ------------------------------------------------------------------------------------- resuming, workers
+def _popen(args: list[str], cwd: Path, cache: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "grpo_lab", *args],
+        cwd=cwd,
+        env=cli_env(cache),
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def test_resume_after_a_killed_worker(tmp_path, model_cache):
+    args = [
+        "-m",
+        "sweep=lr_beta",
+        *FAST,
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.pruner.name=none",
+        "hydra.sweeper.heartbeat_interval=1",
+        "hydra.sweeper.grace_period=3",
+    ]
+    worker = _popen(args, tmp_path, model_cache, tmp_path / "first.log")
+    second_trial = tmp_path / "outputs" / "sweeps" / "lr_beta" / "trial_1" / "history.jsonl"
+    deadline = time.monotonic() + 300
+    while not second_trial.exists() and worker.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert worker.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+    os.killpg(worker.pid, signal.SIGKILL)  # mid-training of trial 1
+    worker.wait()
+    before = load(tmp_path, "lr_beta").trials
+    assert [t.state for t in before] == [TrialState.COMPLETE, TrialState.RUNNING]
+    time.sleep(3.5)  # past the grace period: trial 1's worker is surely gone
+    proc = run_cli(args, tmp_path, model_cache, timeout=600)  # the same command again
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    after = load(tmp_path, "lr_beta").trials
+    assert [t.number for t in after] == list(range(len(after)))
+    assert after[1].state == TrialState.FAIL
+    assert len([t for t in after if t.state == TrialState.COMPLETE]) == 3
+    assert after[0].values == before[0].values and after[0].params == before[0].params
+
+
+def _two_workers(tmp_path: Path, model_cache: Path, storage: str) -> optuna.Study:
+    args = [
+        "-m",
+        "sweep=lr_beta",
+        *FAST,
+        "hydra.sweeper.n_trials=4",
+        f"hydra.sweeper.storage='{storage}'",
+        "hydra.sweeper.pruner.name=none",
+    ]
+    workers = [_popen(args, tmp_path, model_cache, tmp_path / f"worker{i}.log") for i in range(2)]
+    for i, w in enumerate(workers):
+        assert w.wait(timeout=600) == 0, (tmp_path / f"worker{i}.log").read_text()[-3000:]
+    study = load(tmp_path, "lr_beta", storage)
+    numbers = [t.number for t in study.trials]
+    assert len(numbers) == 4 == len(set(numbers))
+    assert all(t.state == TrialState.COMPLETE for t in study.trials)
+    assert {t.user_attrs["worker"] for t in study.trials} == {0, 1}  # both really worked
+    return study
+
+
+def test_two_workers_share_a_sqlite_study(tmp_path, model_cache):
+    _two_workers(tmp_path, model_cache, sqlite(tmp_path))
+
+
+def test_two_workers_share_a_postgresql_study(tmp_path, model_cache):
+    url = os.environ.get("GRPO_LAB_TEST_POSTGRES_URL")
+    if not url:
+        if os.environ.get("CI"):
+            pytest.fail("CI must provide PostgreSQL: .ci/run sets GRPO_LAB_TEST_POSTGRES_URL")
+        pytest.skip("set GRPO_LAB_TEST_POSTGRES_URL=postgresql+psycopg2://... to run (see .ci/run)")
+    import sqlalchemy
+
+    # A fresh, empty database: the two workers race to create the schema and the study.
+    name = f"grpo_lab_test_{os.getpid()}_{int(time.time())}"
+    admin = sqlalchemy.create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
+    try:
+        _two_workers(tmp_path, model_cache, url.rsplit("/", 1)[0] + f"/{name}")
+    finally:
+        admin.dispose()
+
+
+def test_parallel_trials_through_the_joblib_launcher(tmp_path, model_cache):
+    proc = run_cli(
+        [
+            "-m",
+            "sweep=lr_beta",
+            *FAST,
+            "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2",
+            "hydra.sweeper.n_jobs=2",
+            "hydra.sweeper.n_trials=2",
+        ],
+        tmp_path,
+        model_cache,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    first, second = load(tmp_path, "lr_beta").trials
+    assert first.state == second.state == TrialState.COMPLETE
+    assert first.params != second.params
+    # Side by side: the second trial started before the first one ended.
+    assert second.datetime_start < first.datetime_complete
+
+
+def test_wildcard_expands_over_the_selected_reward_set():
+    from grpo_lab.sweep.space import expand_wildcards
+
+    from conftest import compose
+
+    params = expand_wildcards(
+        {"reward.weights.*": "interval(0.0, 2.0)", "lr": "interval(1e-6, 1e-5)"}, compose(["reward=format_length"])
+    )
+    assert params == {
+        "reward.weights.format": "interval(0.0, 2.0)",
+        "reward.weights.length": "interval(0.0, 2.0)",
+        "lr": "interval(1e-6, 1e-5)",
+    }
+    with pytest.raises(ConfigError, match="not a non-empty mapping"):
+        expand_wildcards({"nope.*": "interval(0, 1)"}, compose([]))
+
+
+def test_a_sweep_that_fails_everywhere_stops_and_names_the_error(tmp_path, model_cache):
+    proc = run_cli(
+        ["-m", "sweep=lr_beta", *FAST, "num_generations=3", "hydra.sweeper.n_trials=10"],
+        tmp_path,
+        model_cache,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    assert "3 of 3 trials failed" in proc.stderr and "not a multiple of num_generations=3" in proc.stderr
+    assert [t.state for t in load(tmp_path, "lr_beta").trials] == [TrialState.FAIL] * 3
+
+
+def test_journal_storage(tmp_path, model_cache):
+    journal = tmp_path / "shared" / "optuna.log"
+    proc = run_cli(
+        ["-m", "sweep=lr_beta", *FAST, "hydra.sweeper.n_trials=2", f"hydra.sweeper.storage='journal:{journal}'"],
+        tmp_path,
+        model_cache,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    study = optuna.load_study(study_name="lr_beta", storage=JournalStorage(JournalFileBackend(str(journal))))
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
