@@ -24,7 +24,7 @@ log = logging.getLogger("grpo_lab")
 
 # We use heartbeats and stale-trial failing outside Study.optimize on purpose (ask/tell across jobs).
 warnings.filterwarnings("ignore", message=".*Heartbeat of storage is supposed to be used with Study.optimize")
-warnings.filterwarnings("ignore", message=r".*(heartbeat_interval|fail_stale_trials).*experimental")
+warnings.filterwarnings("ignore", message=r".*(heartbeat_interval|fail_stale_trials|set_metric_names).*experimental")
 
 DEFAULT_STORAGE = "sqlite:///outputs/sweeps/optuna.db"
 
@@ -117,6 +117,7 @@ class GrpoOptunaSweeper(Sweeper):
             worker = int(study.user_attrs.get("grpo_lab_workers", 0))
             study.set_user_attr("grpo_lab_workers", worker + 1)
             if worker == 0 and not study.get_trials(deepcopy=False):
+                study.set_metric_names(metrics)  # so that dashboards and `grpo_lab.compare` can label values
                 for params in s.enqueue or []:
                     study.enqueue_trial(OmegaConf.to_container(params))
         # Each worker its own sampler seed, so that concurrent workers do not propose the same points.

@@ -1,0 +1,96 @@
+"""`python -m grpo_lab.compare SOURCE`: which run won, and why; `--export NAME` to run the winner again.
+
+SOURCE is a run, multirun or sweep folder (outputs/...), an Optuna storage URL with --study, or a W&B
+`entity/project` with --group. Writes leaderboard.csv, leaderboard.md and the plots into the source's
+folder (for studies and W&B groups without one: outputs/compare/<name>/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from grpo_lab.compare import export, leaderboard, plots
+from grpo_lab.compare.sources import Source, SourceError, from_folder, from_study, from_wandb
+
+_STORAGE_PREFIXES = ("sqlite:", "postgresql", "mysql", "journal:")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m grpo_lab.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("source", help="a folder under outputs/, an Optuna storage URL, or a W&B entity/project")
+    p.add_argument("--study", help="the Optuna study name (with a storage URL)")
+    p.add_argument("--group", help="the W&B group (with entity/project)")
+    p.add_argument("--metric", default="eval_after/accuracy", help="objective for W&B groups (summary key)")
+    p.add_argument("--direction", default="maximize", choices=("maximize", "minimize"))
+    p.add_argument("--export", metavar="NAME", help="write conf/experiment/NAME.yaml with the winner")
+    p.add_argument("--trial", type=int, help="with --export: this trial (needed for several objectives)")
+    p.add_argument("--force", action="store_true", help="with --export: replace an existing preset")
+    p.add_argument("--no-plots", action="store_true", help="only the leaderboard")
+    return p
+
+
+def load_source(args: argparse.Namespace) -> Source:
+    if args.source.startswith(_STORAGE_PREFIXES):
+        if not args.study:
+            raise SourceError(f"{args.source} is an Optuna storage: name the study with --study NAME.")
+        return from_study(args.source, args.study)
+    path = Path(args.source)
+    if args.group or (not path.exists() and args.source.count("/") == 1 and not args.source.startswith(".")):
+        if not args.group:
+            raise SourceError(f"{args.source} is not a folder; for a W&B project add --group NAME.")
+        out = Path("outputs") / "compare" / args.group
+        return from_wandb(args.source, args.group, args.metric, args.direction, out)
+    return from_folder(path)
+
+
+def _offline_sync(source: Source) -> list[str]:
+    paths = [r.wandb for r in source.runs if r.wandb and not r.wandb.startswith("http")]
+    return [p for p in paths if Path(p).exists()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        source = load_source(args)
+        board = leaderboard.build(source)
+        source.out_dir.mkdir(parents=True, exist_ok=True)
+        print(f"\n== {source.label}: {len(board.rows)} runs, by {source.metrics[0]} ({source.directions[0]}) ==")
+        print(leaderboard.as_text(board))
+        written = [
+            leaderboard.write_csv(board, source.out_dir / "leaderboard.csv"),
+            leaderboard.write_markdown(board, source.out_dir / "leaderboard.md"),
+        ]
+        if not args.no_plots:
+            written += plots.training_curves(board, source.out_dir)
+            if source.kind == "study":
+                import optuna
+
+                from grpo_lab.sweep.trial import _storage
+
+                study = optuna.load_study(study_name=source.study_name, storage=_storage(source.storage))
+                written += plots.study_plots(study, source.out_dir)
+        print("\nWritten: " + ", ".join(str(p) for p in written))
+        flagged = [row for row in board.rows if row["health"]]
+        for row in flagged:
+            print(f"Health: {row['run']}: {row['health']}")
+        if source.kind == "study":
+            print(f"Dashboard: optuna-dashboard {source.storage}")
+        offline = _offline_sync(source)
+        if offline:
+            print(f"Upload the offline W&B runs: wandb sync {' '.join(offline)}")
+        if args.export:
+            winner = export.pick(board, args.trial)
+            preset = export.write_preset(board, winner, args.export, force=args.force)
+            print(f"\nExported {preset}: re-run the winner with  python -m grpo_lab experiment={args.export}")
+    except SourceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Turn the winner into `conf/experiment/<NAME>.yaml`, a normal preset: `python -m grpo_lab experiment=NAME`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from pathlib import Path
+from typing import Any
+
+from grpo_lab.compare.leaderboard import Board
+from grpo_lab.compare.sources import RunRecord, SourceError
+from grpo_lab.paths import CONF_DIR
+
+
+def pick(board: Board, trial: int | None) -> RunRecord:
+    """The best finished run, or trial `trial` (required for several objectives: one of the Pareto front)."""
+    runs = [row["_run"] for row in board.rows]
+    if trial is not None:
+        for run in runs:
+            if run.trial == trial:
+                if run.state != "finished":
+                    raise SourceError(f"Trial {trial} is {run.state}, not finished: pick a finished trial.")
+                return run
+        raise SourceError(f"No trial {trial} in {board.source.label}.")
+    if len(board.source.metrics) > 1:
+        front = _pareto(board)
+        raise SourceError(
+            "Several objectives: pick one of the Pareto-optimal trials with --trial N "
+            f"({', '.join(str(n) for n in front) or 'none finished'})."
+        )
+    for run in runs:
+        if run.state == "finished" and run.objective is not None:
+            return run
+    raise SourceError(f"No finished run with an objective value in {board.source.label}: nothing to export.")
+
+
+def _pareto(board: Board) -> list[int]:
+    if board.source.storage and board.source.study_name:
+        import optuna
+
+        from grpo_lab.sweep.trial import _storage
+
+        study = optuna.load_study(study_name=board.source.study_name, storage=_storage(board.source.storage))
+        return sorted(t.number for t in study.best_trials)
+    return []
+
+
+def _split(overrides: list[str]) -> tuple[str, list[tuple[str, str]], list[tuple[str, Any]]]:
+    """(base experiment, group choices, key values) from a run's overrides."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
+    parser = OverridesParser.create()
+    base = "quickstart"
+    choices: list[tuple[str, str]] = []
+    values: list[tuple[str, Any]] = []
+    for text in overrides:
+        override = parser.parse_override(text)
+        key = override.key_or_group
+        if key == "experiment":
+            base = str(override.value())
+        elif key in groups:
+            choices.append((key, str(override.value())))
+        elif not key.startswith("hydra"):
+            values.append((key, override.value()))
+    return base, choices, values
+
+
+def write_preset(board: Board, run: RunRecord, name: str, *, force: bool = False) -> Path:
+    from omegaconf import OmegaConf
+
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
+        raise SourceError(f"--export {name!r}: use letters, digits and _ (it becomes conf/experiment/{name}.yaml).")
+    path = CONF_DIR / "experiment" / f"{name}.yaml"
+    if path.exists() and not force:
+        raise SourceError(f"{path} exists already: choose another name or pass --force to replace it.")
+    base, choices, values = _split(run.overrides)
+    if base == name:
+        raise SourceError(f"--export {name!r} would include itself (the runs used experiment={base}).")
+    body = OmegaConf.create({"name": name})
+    for key, value in values:
+        OmegaConf.update(body, key, value, force_add=True)
+    metric, direction = board.source.metrics[0], board.source.directions[0]
+    what = f"trial {run.trial}" if run.trial is not None else f"run `{run.name}`"
+    objective = ", ".join(
+        f"{m} = {v:.4g}"
+        for m, v in zip(board.source.metrics, run.values or [run.objective], strict=False)
+        if v is not None
+    )
+    header = [
+        "# @package _global_",
+        f"# Exported by `python -m grpo_lab.compare --export {name}` on {dt.date.today().isoformat()}:",
+        f"# the best {what} of {board.source.label},",
+        f"# {objective} ({direction} {metric}). Re-run it: python -m grpo_lab experiment={name}",
+        "defaults:",
+        f"  - {base}",
+        *(f"  - override /{group}: {choice}" for group, choice in choices),
+        "  - _self_",
+        "",
+    ]
+    path.write_text("\n".join(header) + OmegaConf.to_yaml(body), encoding="utf-8")
+    return path

@@ -1,0 +1,193 @@
+"""The leaderboard: one row per run or trial, sorted by the objective, with health flags.
+
+Health flags, read from each run's logged steps (history.jsonl or W&B history):
+    no-signal     reward_std ~ 0 over the last steps: every group scored alike, GRPO has no gradient
+    kl-growing    kl at the end is above 0.5 and 3x its value mid-run: the policy runs away
+    length-jump   mean completion length moved by more than half between consecutive steps (collapse)
+    nan-loss      a NaN or inf loss / grad_norm
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_lab.compare.sources import RunRecord, Source
+
+# (column, metrics key in metrics.json / W&B summary, history key)
+TRAIN_COLUMNS = (
+    ("reward", "train/reward", "reward"),
+    ("reward_std", "train/reward_std", "reward_std"),
+    ("kl", "train/kl", "kl"),
+    ("length", "train/completions/mean_length", "completions/mean_length"),
+)
+_WINDOW = 3
+
+
+def vary(runs: list[RunRecord]) -> list[str]:
+    """Fill `params` from the overrides where runs differ; returns the varied parameter names in order."""
+    parsed = []
+    for run in runs:
+        pairs = dict(o.split("=", 1) for o in run.overrides if "=" in o)
+        parsed.append({k.lstrip("+"): v for k, v in pairs.items()})
+    keys: list[str] = []
+    for p in parsed:
+        keys += [k for k in p if k not in keys]
+    varied = [k for k in keys if len({p.get(k) for p in parsed}) > 1]
+    for run, p in zip(runs, parsed, strict=True):
+        if not run.params:
+            run.params = {k: _typed(p[k]) for k in varied if k in p}
+    names: list[str] = []
+    for run in runs:
+        names += [k for k in run.params if k not in names]
+    return names
+
+
+def _typed(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _series(run: RunRecord, key: str) -> list[float]:
+    return [float(r[key]) for r in run.history if isinstance(r.get(key), int | float)]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def health(run: RunRecord) -> list[str]:
+    flags = []
+    std = _series(run, "reward_std")
+    if len(std) >= _WINDOW and max(abs(v) for v in std[-_WINDOW:]) < 1e-6:
+        flags.append("no-signal")
+    kl = _series(run, "kl")
+    if len(kl) >= 2 * _WINDOW:
+        mid = _mean(kl[len(kl) // 2 - 1 : len(kl) // 2 + 1])
+        end = _mean(kl[-_WINDOW:])
+        if end > 0.5 and end > 3 * max(mid, 1e-9):
+            flags.append("kl-growing")
+    length = _series(run, "completions/mean_length")
+    for before, after in itertools.pairwise(length):
+        if before > 0 and abs(after - before) / before > 0.5 and abs(after - before) >= 8:
+            flags.append("length-jump")
+            break
+    losses = [r.get(k) for r in run.history for k in ("loss", "grad_norm")]
+    if any(isinstance(v, float) and not math.isfinite(v) for v in losses) or any(
+        isinstance(v, str) and v.lower() in ("nan", "inf", "-inf") for v in losses
+    ):
+        flags.append("nan-loss")
+    return flags
+
+
+@dataclass
+class Board:
+    source: Source
+    params: list[str]
+    rows: list[dict[str, Any]]  # ordered best first
+
+    @property
+    def columns(self) -> list[str]:
+        objectives = self.source.metrics
+        return [
+            "rank",
+            "run",
+            "state",
+            *objectives,
+            *self.params,
+            *(c for c, _, _ in TRAIN_COLUMNS),
+            "duration_s",
+            "health",
+            "wandb",
+        ]
+
+
+def _final(run: RunRecord, metric_key: str, history_key: str) -> float | None:
+    value = run.metrics.get(metric_key)
+    if value is None:
+        series = _series(run, history_key)
+        value = series[-1] if series else None
+    return value
+
+
+def build(source: Source) -> Board:
+    params = vary(source.runs)
+    sign = -1.0 if source.directions[0] == "maximize" else 1.0
+
+    def key(run: RunRecord) -> tuple[int, float]:
+        value = run.objective
+        missing = value is None or not math.isfinite(value)
+        return (1 if missing else 0, 0.0 if missing else sign * value)
+
+    rows = []
+    for rank, run in enumerate(sorted(source.runs, key=key), start=1):
+        values = run.values if run.values is not None else [run.objective]
+        row: dict[str, Any] = {
+            "rank": rank,
+            "run": run.name if run.trial is None else f"trial_{run.trial}",
+            "state": run.state,
+        }
+        for metric, value in zip(source.metrics, values + [None] * len(source.metrics), strict=False):
+            row[metric] = value
+        for name in params:
+            row[name] = run.params.get(name)
+        for column, metric_key, history_key in TRAIN_COLUMNS:
+            row[column] = _final(run, metric_key, history_key)
+        row["duration_s"] = run.duration_s
+        row["health"] = ",".join(health(run))
+        row["wandb"] = run.wandb
+        row["_run"] = run
+        rows.append(row)
+    return Board(source=source, params=params, rows=rows)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def as_text(board: Board, *, wandb_column: bool = False) -> str:
+    columns = [c for c in board.columns if wandb_column or c != "wandb"]
+    cells = [[_cell(row.get(c)) for c in columns] for row in board.rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip(),
+        "  ".join("-" * w for w in widths),
+    ]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def write_csv(board: Board, path: Path) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(board.columns)
+        for row in board.rows:
+            writer.writerow(["" if row.get(c) is None else row.get(c) for c in board.columns])
+    return path
+
+
+def write_markdown(board: Board, path: Path) -> Path:
+    columns = board.columns
+    lines = [
+        f"# Leaderboard: {board.source.label}",
+        "",
+        f"Sorted by {board.source.metrics[0]} ({board.source.directions[0]}).",
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "|".join("---" for _ in columns) + "|",
+    ]
+    lines += ["| " + " | ".join(_cell(row.get(c)).replace("|", "\\|") for c in columns) + " |" for row in board.rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

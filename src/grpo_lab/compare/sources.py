@@ -1,0 +1,264 @@
+"""Where compared runs come from: run folders on disk, an Optuna study, or a W&B project and group.
+
+Everything becomes a list of `RunRecord`s; run folders are read from their own files (metrics.json,
+history.jsonl, overrides.yaml), so comparing needs no network even for offline W&B runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_lab.errors import GrpoLabError
+
+# Overrides that say how a job was run, not what was tried.
+_MACHINERY = ("trial", "logger.name", "logger.group", "sweep")
+
+
+class SourceError(GrpoLabError):
+    """The thing to compare does not exist, is empty, or cannot be read."""
+
+
+@dataclass
+class RunRecord:
+    name: str
+    state: str  # finished | failed | pruned | running | incomplete
+    objective: float | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    overrides: list[str] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    run_dir: Path | None = None
+    wandb: str | None = None
+    duration_s: float | None = None
+    trial: int | None = None
+    values: list[float] | None = None  # one per objective (Optuna studies)
+    error: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # filled by `vary`
+
+
+@dataclass
+class Source:
+    kind: str  # folder | study | wandb
+    label: str  # what to call it in titles and comments
+    runs: list[RunRecord]
+    out_dir: Path  # where the leaderboard and plots go
+    metrics: list[str]  # objective metric(s)
+    directions: list[str]
+    storage: str | None = None
+    study_name: str | None = None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _overrides(run_dir: Path) -> list[str]:
+    import yaml
+
+    path = run_dir / "overrides.yaml"
+    if not path.exists():
+        path = run_dir / ".hydra" / "overrides.yaml"
+    try:
+        return [str(o).removeprefix("++") for o in (yaml.safe_load(path.read_text()) or [])]
+    except OSError:
+        return []
+
+
+def _history(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "history.jsonl"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash
+    return rows
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, str):  # NaN/inf are stored as strings in metrics.json
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def read_run_dir(run_dir: Path) -> RunRecord:
+    """One run folder (a single run, a multirun job or a sweep trial), whatever state it ended in."""
+    data = _read_json(run_dir / "metrics.json") or {}
+    metrics = {k: v for k, v in ((k, _number(v)) for k, v in data.get("metrics", {}).items()) if v is not None}
+    objective = _number((data.get("objective") or {}).get("value"))
+    wandb = data.get("wandb") or {}
+    return RunRecord(
+        name=data.get("run_name") or run_dir.name,
+        state=data.get("status", "incomplete"),
+        objective=objective if objective is not None and math.isfinite(objective) else None,
+        metrics=metrics,
+        overrides=[o for o in _overrides(run_dir) if o.split("=", 1)[0].lstrip("+") not in _MACHINERY],
+        history=_history(run_dir),
+        run_dir=run_dir,
+        wandb=wandb.get("url") or wandb.get("run_path"),
+        duration_s=_number((data.get("durations_s") or {}).get("total")),
+        error=data.get("error"),
+    )
+
+
+def _run_dirs(root: Path) -> list[Path]:
+    """Run folders below `root`: each has Hydra's `.hydra/` (written when the job starts)."""
+    found = {p.parent for p in root.rglob(".hydra") if p.is_dir()}
+    return sorted(found, key=lambda p: (len(p.parts), _natural(p.name), str(p)))
+
+
+def _natural(name: str) -> tuple[int, str]:
+    digits = "".join(c for c in name if c.isdigit())
+    return (int(digits) if digits else -1, name)
+
+
+def _objective_of(run_dir: Path) -> tuple[str, str]:
+    import yaml
+
+    try:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        return config["objective"]["metric"], config["objective"]["direction"]
+    except (OSError, KeyError, TypeError):
+        return "eval_after/accuracy", "maximize"
+
+
+def from_folder(path: Path) -> Source:
+    if not path.exists():
+        raise SourceError(f"{path} does not exist: give a run, multirun or sweep folder under outputs/.")
+    dirs = _run_dirs(path)
+    if not dirs:
+        raise SourceError(f"{path} holds no runs (no folder with Hydra's .hydra/ below it): is the sweep empty?")
+    runs = [read_run_dir(d) for d in dirs]
+    metric, direction = _objective_of(dirs[0])
+    best = path / "best.yaml"
+    if best.exists():  # a sweep folder: its study has the real objective(s) and trial states
+        import yaml
+
+        info = yaml.safe_load(best.read_text()) or {}
+        if info.get("storage") and info.get("study"):
+            study = from_study(info["storage"], info["study"], out_dir=path)
+            return study
+    return Source(kind="folder", label=str(path), runs=runs, out_dir=path, metrics=[metric], directions=[direction])
+
+
+def from_study(storage: str, study_name: str, out_dir: Path | None = None) -> Source:
+    import optuna
+
+    from grpo_lab.sweep.trial import _storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=study_name, storage=_storage(storage))
+    except KeyError as e:
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage=_storage(storage))]
+        raise SourceError(f"No study {study_name!r} in {storage}; studies there: {', '.join(names) or 'none'}.") from e
+    except Exception as e:
+        raise SourceError(f"Cannot open the Optuna storage {storage!r}: {e}") from e
+    if not study.trials:
+        raise SourceError(f"Study {study_name!r} in {storage} has no trials yet.")
+    metrics = list(study.metric_names or [])
+    runs = []
+    for t in study.trials:
+        run_dir = Path(t.user_attrs["run_dir"]) if t.user_attrs.get("run_dir") else None
+        record = (
+            read_run_dir(run_dir)
+            if run_dir is not None and run_dir.exists()
+            else RunRecord(f"trial_{t.number}", "", None)
+        )
+        record.trial = t.number
+        record.state = {"COMPLETE": "finished", "FAIL": "failed"}.get(t.state.name, t.state.name.lower())
+        record.values = list(t.values) if t.values is not None else None
+        record.objective = record.values[0] if record.values else None
+        record.overrides = [
+            o.removeprefix("++")
+            for o in t.user_attrs.get("overrides", [])
+            if o.split("=", 1)[0].lstrip("+") not in _MACHINERY and not o.startswith("hydra.")
+        ]
+        record.params = dict(t.params)
+        record.error = t.user_attrs.get("error") or record.error
+        if t.datetime_start and t.datetime_complete:
+            record.duration_s = (t.datetime_complete - t.datetime_start).total_seconds()
+        runs.append(record)
+    if not metrics:
+        metrics = [f"value{i}" if len(study.directions) > 1 else "objective" for i in range(len(study.directions))]
+    dirs = [r.run_dir for r in runs if r.run_dir is not None]
+    if out_dir is None:
+        out_dir = dirs[0].parent if dirs else Path("outputs") / "compare" / study_name
+    return Source(
+        kind="study",
+        label=f"study {study_name} ({storage})",
+        runs=runs,
+        out_dir=out_dir,
+        metrics=metrics,
+        directions=[d.name.lower() for d in study.directions],
+        storage=storage,
+        study_name=study_name,
+    )
+
+
+def from_wandb(project_path: str, group: str, metric: str, direction: str, out_dir: Path) -> Source:
+    """Runs of a W&B group through W&B's public API (needs a login; offline runs: pass their folder)."""
+    from grpo_lab.tracking import wandb_logged_in
+
+    if not wandb_logged_in():
+        raise SourceError(
+            "Reading a W&B project needs a W&B login (WANDB_API_KEY or `wandb login`). Offline runs are read "
+            "from their folders: `python -m grpo_lab.compare outputs/multirun/<date>/<time>`."
+        )
+    import wandb
+
+    try:
+        api_runs = list(wandb.Api(timeout=20).runs(project_path, filters={"group": group}))
+    except Exception as e:
+        raise SourceError(f"W&B could not list the runs of {project_path} group {group!r}: {e}") from e
+    if not api_runs:
+        raise SourceError(f"W&B has no runs in {project_path} with group {group!r}.")
+    runs = []
+    for r in api_runs:
+        summary = dict(r.summary)
+        history = [
+            {k.removeprefix("train/"): v for k, v in row.items()} | {"step": row.get("train/global_step")}
+            for row in r.scan_history(
+                keys=[
+                    "train/global_step",
+                    "train/reward",
+                    "train/reward_std",
+                    "train/kl",
+                    "train/completions/mean_length",
+                    "train/loss",
+                ]
+            )
+        ]
+        objective = _number(summary.get("objective"))
+        knobs = [f"{k}={r.config[k]}" for k in ("lr", "beta", "num_generations", "seed", "max_steps") if k in r.config]
+        runs.append(
+            RunRecord(
+                name=r.name,
+                state={"crashed": "failed"}.get(r.state, r.state),
+                objective=objective,
+                metrics={k: v for k, v in summary.items() if _number(v) is not None},
+                overrides=knobs,
+                history=history,
+                wandb=r.url,
+                duration_s=_number(summary.get("_runtime")),
+            )
+        )
+    return Source(
+        kind="wandb",
+        label=f"W&B {project_path} group {group}",
+        runs=runs,
+        out_dir=out_dir,
+        metrics=[metric],
+        directions=[direction],
+    )

@@ -1,0 +1,154 @@
+"""`python -m grpo_lab.compare`: leaderboards from real run folders and studies, plots, health flags, export."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from PIL import Image
+
+from grpo_lab.compare.leaderboard import health
+from grpo_lab.compare.sources import RunRecord
+
+from conftest import REPO, cli_env, run_cli
+
+FAST = ["experiment=smoke", "max_steps=2", "eval.before=false", "output.save_model=false"]
+
+
+def compare(args: list[str], cwd: Path, cache: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "grpo_lab.compare", *args],
+        cwd=cwd,
+        env=cli_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory, model_cache):
+    """A two-job grid whose objective differs between the jobs."""
+    cwd = tmp_path_factory.mktemp("grid")
+    proc = run_cli(["-m", *FAST, "lr=1e-5,5e-3", "objective.metric=train/reward_end"], cwd, model_cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (folder,) = {p.parent.parent for p in (cwd / "outputs" / "multirun").rglob("metrics.json")}
+    return cwd, folder
+
+
+def test_leaderboard_of_a_grid_matches_the_runs_files(grid, model_cache):
+    cwd, folder = grid
+    proc = compare([str(folder)], cwd, model_cache)
+    assert proc.returncode == 0, proc.stderr
+    with (folder / "leaderboard.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2
+    truth = {}
+    for metrics_file in folder.rglob("metrics.json"):
+        data = json.loads(metrics_file.read_text())
+        truth[data["run_name"]] = data
+    assert {r["run"] for r in rows} == set(truth) == {"lr=1e-05", "lr=0.005"}
+    values = [float(r["train/reward_end"]) for r in rows]
+    assert values == sorted(values, reverse=True)  # maximize: best first
+    for row in rows:
+        data = truth[row["run"]]
+        assert float(row["train/reward_end"]) == pytest.approx(data["objective"]["value"])
+        assert float(row["kl"]) == pytest.approx(data["metrics"]["train/kl"])
+        assert float(row["reward"]) == pytest.approx(data["metrics"]["train/reward"])
+        assert row["state"] == "finished" and row["lr"] in ("1e-05", "0.005")
+    assert "| rank | run | state |" in (folder / "leaderboard.md").read_text()
+    with Image.open(folder / "curves.png") as image:
+        assert image.size == (1200, 800)
+        assert len(image.convert("L").getcolors(256)) > 20  # drawn, not blank
+    assert (folder / "curves.html").stat().st_size > 1000
+    assert "wandb sync " in proc.stdout
+
+
+def test_export_the_best_and_run_it_again(grid, model_cache):
+    cwd, folder = grid
+    name = f"best_{uuid.uuid4().hex[:8]}"
+    preset = REPO / "conf" / "experiment" / f"{name}.yaml"
+    try:
+        proc = compare([str(folder), "--export", name, "--no-plots"], cwd, model_cache)
+        assert proc.returncode == 0, proc.stderr
+        text = preset.read_text()
+        assert text.startswith("# @package _global_") and "Exported by" in text and "  - smoke" in text
+        best = next(csv.DictReader((folder / "leaderboard.csv").open()))
+        rerun_dir = cwd / "rerun"
+        rerun_dir.mkdir()
+        rerun = run_cli([f"experiment={name}"], rerun_dir, model_cache)
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        (metrics_file,) = (rerun_dir / "outputs").rglob("metrics.json")
+        config = yaml.safe_load((metrics_file.parent / "config.yaml").read_text())
+        assert config["lr"] == pytest.approx(float(best["lr"]))
+        assert (
+            config["name"] == name and config["max_steps"] == 2 and config["objective"]["metric"] == "train/reward_end"
+        )
+        # A second export under the same name does not overwrite silently.
+        again = compare([str(folder), "--export", name, "--no-plots"], cwd, model_cache)
+        assert again.returncode == 2 and "exists already" in again.stderr
+    finally:
+        preset.unlink(missing_ok=True)
+
+
+def test_a_sweep_folder_compares_its_study(tmp_path, model_cache):
+    proc = run_cli(["-m", "sweep=lr_beta", *FAST, "hydra.sweeper.n_trials=2"], tmp_path, model_cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    folder = tmp_path / "outputs" / "sweeps" / "lr_beta"
+    out = compare([str(folder)], tmp_path, model_cache)
+    assert out.returncode == 0, out.stderr
+    rows = list(csv.DictReader((folder / "leaderboard.csv").open()))
+    assert sorted(r["run"] for r in rows) == ["trial_0", "trial_1"]
+    assert {"lr", "beta", "eval_after/accuracy"} <= set(rows[0])
+    for stem in ("optimization_history", "parallel_coordinates"):
+        with Image.open(folder / f"{stem}.png") as image:
+            assert image.size == (1000, 600)
+    assert "Dashboard: optuna-dashboard sqlite:///" in out.stdout
+    # The same study straight from its storage.
+    direct = compare(
+        [f"sqlite:///{tmp_path / 'outputs' / 'sweeps' / 'optuna.db'}", "--study", "lr_beta", "--no-plots"],
+        tmp_path,
+        model_cache,
+    )
+    assert direct.returncode == 0 and "trial_1" in direct.stdout
+    missing = compare(
+        [f"sqlite:///{tmp_path / 'outputs' / 'sweeps' / 'optuna.db'}", "--study", "nope"], tmp_path, model_cache
+    )
+    assert missing.returncode == 2 and "No study 'nope'" in missing.stderr and "lr_beta" in missing.stderr
+
+
+def test_clear_errors_for_bad_sources(tmp_path, model_cache):
+    gone = compare([str(tmp_path / "no_such_folder")], tmp_path, model_cache)
+    assert gone.returncode == 2 and "does not exist" in gone.stderr
+    (tmp_path / "empty_sweep").mkdir()
+    empty = compare([str(tmp_path / "empty_sweep")], tmp_path, model_cache)
+    assert empty.returncode == 2 and "holds no runs" in empty.stderr
+    wandb = compare(["me/project", "--group", "g"], tmp_path, model_cache)
+    assert wandb.returncode == 2 and "needs a W&B login" in wandb.stderr
+
+
+def _run(**series: list[float]) -> RunRecord:
+    steps = max(len(v) for v in series.values())
+    history = [{"step": i + 1, **{k: v[i] for k, v in series.items() if i < len(v)}} for i in range(steps)]
+    return RunRecord(name="r", state="finished", objective=None, history=history)
+
+
+def test_health_flags():
+    healthy = _run(
+        reward_std=[0.5, 0.4, 0.45, 0.5],
+        kl=[0.0, 0.05, 0.1, 0.1, 0.12, 0.11],
+        **{"completions/mean_length": [40, 42, 38, 41]},
+        loss=[0.1, 0.2, 0.1],
+    )
+    assert health(healthy) == []
+    assert "no-signal" in health(_run(reward_std=[0.3, 0.0, 0.0, 0.0]))
+    assert "kl-growing" in health(_run(kl=[0.01, 0.02, 0.05, 0.1, 0.8, 1.5, 3.0, 6.0]))
+    assert "length-jump" in health(_run(**{"completions/mean_length": [40, 41, 120, 125]}))
+    assert "nan-loss" in health(_run(loss=[0.1, math.nan]))
