@@ -51,3 +51,56 @@ def run_cli(args: list[str], cwd: Path, cache: Path, timeout: float = 300, **env
         text=True,
         timeout=timeout,
     )
+
+
+def write_sweep(config_dir: Path, name: str, body: str) -> list[str]:
+    """A sweep of the test's own, offered as `sweep=<name>` through Hydra's --config-dir."""
+    (config_dir / "sweep").mkdir(parents=True, exist_ok=True)
+    header = "# @package _global_\ndefaults:\n  - override /hydra/sweeper: grpo_optuna\n"
+    (config_dir / "sweep" / f"{name}.yaml").write_text(header + body)
+    return ["--config-dir", str(config_dir), f"sweep={name}"]
+
+
+# Fast jobs: the tiny model, 2 steps, no evaluation before training, nothing saved.
+FAST = ["experiment=smoke", "max_steps=2", "eval.before=false", "output.save_model=false"]
+
+
+def sqlite_url(cwd: Path) -> str:
+    """The default sweep storage of a run started in `cwd`."""
+    return f"sqlite:///{cwd / 'outputs' / 'sweeps' / 'optuna.db'}"
+
+
+def load_study(cwd: Path, name: str, storage: str | None = None):
+    import optuna
+
+    return optuna.load_study(study_name=name, storage=storage or sqlite_url(cwd))
+
+
+PRUNE_SWEEP = """
+hydra:
+  sweeper:
+    study_name: prune
+    n_trials: 3
+    objectives: [{metric: train/reward_end, direction: maximize}]
+    pruner: {name: median, n_startup_trials: 1, n_warmup_steps: 0}
+    params:
+      # An ideal length of 2 characters: every completion scores 0, clearly worse than 40.
+      reward.functions.length.ideal_length: choice(40, 2)
+    enqueue:
+      - {reward.functions.length.ideal_length: 40}
+      - {reward.functions.length.ideal_length: 40}
+      - {reward.functions.length.ideal_length: 2}
+"""
+
+
+def run_prune_sweep(cwd: Path, cache: Path, *extra: str) -> list:
+    """Two good trials, then a clearly bad one that the median pruner stops early; returns the trials."""
+    args = write_sweep(cwd / "conf", "prune", PRUNE_SWEEP)
+    proc = run_cli(
+        ["-m", *args, *FAST, "max_steps=6", "eval.after=false", "objective.metric=train/reward_end", *extra],
+        cwd,
+        cache,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return load_study(cwd, "prune").trials

@@ -17,9 +17,7 @@ from PIL import Image
 from grpo_lab.compare.leaderboard import health
 from grpo_lab.compare.sources import RunRecord
 
-from conftest import REPO, cli_env, run_cli
-
-FAST = ["experiment=smoke", "max_steps=2", "eval.before=false", "output.save_model=false"]
+from conftest import FAST, REPO, cli_env, run_cli
 
 
 def compare(args: list[str], cwd: Path, cache: Path) -> subprocess.CompletedProcess:

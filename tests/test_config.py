@@ -168,3 +168,30 @@ def test_missing_key_in_a_preset_is_an_error():
     del raw["model"]["dtype"]
     with pytest.raises(ConfigError, match=r"model\.dtype"):
         config.load(raw)
+
+
+@pytest.mark.parametrize("launcher", ["local", "ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"])
+def test_every_launcher_composes_with_a_real_accelerate_file(launcher):
+    from grpo_lab.launch import accelerate_config
+
+    run = load("experiment=smoke", f"launcher={launcher}")
+    if run.launcher.kind == "accelerate":
+        import yaml
+
+        assert "distributed_type" in yaml.safe_load(accelerate_config(run.launcher.config_file).read_text())
+
+
+@pytest.mark.parametrize("trainer", ["grpo_vllm_colocate", "grpo_vllm_server"])
+def test_vllm_trainer_configs_validate(trainer, tmp_path):
+    run = load("experiment=gsm8k_qwen05b", f"trainer={trainer}", "trainer.use_cpu=true")
+    args = config.to_grpo_config(run, output_dir=str(tmp_path), report_to=[], run_name=None)
+    assert args.use_vllm is True and args.vllm_mode == trainer.rsplit("_", 1)[1]
+    assert args.bf16 is True  # the GPU recipe's settings survive the trainer switch
+
+
+def test_batch_rule_knows_the_world_size():
+    with pytest.raises(ConfigError) as info:
+        load("experiment=smoke", "launcher=ddp", "launcher.num_processes=3", "trainer.per_device_train_batch_size=2")
+    assert "2 x 3 process(es)" in str(info.value) and "per_device_train_batch_size=4" in str(info.value)
+    with pytest.raises(ConfigError, match=r"launcher=ddp launcher\.num_processes=2"):
+        load("experiment=smoke", "launcher.num_processes=2")

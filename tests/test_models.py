@@ -167,7 +167,8 @@ def tiny(tiny_cache: Path):
 def test_tiny_is_built_once_then_loaded_from_the_cache(tiny, tiny_cache: Path) -> None:
     folder = tiny_cache / "models" / "tiny-llama"
     # Only the finished folder: the temp build folder was renamed, not left behind.
-    assert [p.name for p in (tiny_cache / "models").iterdir()] == ["tiny-llama"]
+    # No temporary build folder is left behind (the lock file stays, empty).
+    assert [p.name for p in (tiny_cache / "models").iterdir() if p.suffix != ".lock"] == ["tiny-llama"]
     assert {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"} <= {
         p.name for p in folder.iterdir()
     }
@@ -259,7 +260,7 @@ def test_cached_build_keeps_the_copy_of_a_process_that_finished_first(tmp_path: 
 
     assert models._cached_build(target, build_while_another_process_wins) == target
     assert (target / "config.json").read_text() == '{"by": "them"}'
-    assert [p.name for p in target.parent.iterdir()] == ["m"]
+    assert sorted(p.name for p in target.parent.iterdir()) == [".m.lock", "m"]  # no temp folder left
 
 
 def test_failed_build_leaves_nothing_behind(tmp_path: Path) -> None:
@@ -271,7 +272,7 @@ def test_failed_build_leaves_nothing_behind(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError, match="boom"):
         models._cached_build(target, broken)
-    assert list(target.parent.iterdir()) == []
+    assert [p.name for p in target.parent.iterdir()] == [".m.lock"]  # no temp folder, no target
 
 
 def test_cached_build_refuses_a_foreign_folder(tmp_path: Path) -> None:
@@ -384,3 +385,28 @@ def test_packaged_gguf_converts_once_into_a_trainable_copy(tmp_path: Path, capfd
     model.save_pretrained(saved)
     tokenizer.save_pretrained(saved)
     assert (saved / "model.safetensors").is_file() and (saved / "tokenizer.json").is_file()
+
+
+def test_concurrent_builders_wait_for_one_another(tmp_path: Path) -> None:
+    """Two processes (the ranks of one job) build the same cache entry at once: one builds, both load it."""
+    code = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from grpo_lab import models
+
+        def build(tmp):
+            (tmp / "config.json").write_text("{{}}")
+            time.sleep(1.0)  # a slow build: the other process arrives meanwhile
+
+        models._cached_build(Path({str(tmp_path / "models" / "m")!r}), build)
+        print("ok")
+        """
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [".m.lock", "m"]

@@ -18,27 +18,9 @@ from grpo_lab.errors import ConfigError
 from grpo_lab.sweep.space import parse_space
 from grpo_lab.wandb_files import find_runs, read_run
 
-from conftest import REPO, cli_env, run_cli
+from conftest import FAST, REPO, cli_env, load_study, run_cli, run_prune_sweep, sqlite_url, write_sweep
 
-# Fast trials: the tiny model, 2 steps, no evaluation before training, nothing saved.
-FAST = ["experiment=smoke", "max_steps=2", "eval.before=false", "output.save_model=false"]
 GROUPS = {"model", "data", "experiment", "sweep"}
-
-
-def sqlite(cwd: Path) -> str:
-    return f"sqlite:///{cwd / 'outputs' / 'sweeps' / 'optuna.db'}"
-
-
-def load(cwd: Path, name: str, storage: str | None = None) -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=storage or sqlite(cwd))
-
-
-def write_sweep(config_dir: Path, name: str, body: str) -> list[str]:
-    """A sweep of the test's own, offered as `sweep=<name>` through Hydra's --config-dir."""
-    (config_dir / "sweep").mkdir(parents=True, exist_ok=True)
-    header = "# @package _global_\ndefaults:\n  - override /hydra/sweeper: grpo_optuna\n"
-    (config_dir / "sweep" / f"{name}.yaml").write_text(header + body)
-    return ["--config-dir", str(config_dir), f"sweep={name}"]
 
 
 # ------------------------------------------------------------------------------------------- parsing
@@ -83,7 +65,7 @@ def test_misspelt_sweep_lists_the_available_ones(tmp_path, model_cache):
 def test_grpo_sweep_runs_trials_tracks_them_and_best_yaml_reruns(tmp_path, model_cache):
     proc = run_cli(["-m", "sweep=grpo", *FAST, "hydra.sweeper.n_trials=4"], tmp_path, model_cache, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    study = load(tmp_path, "grpo")
+    study = load_study(tmp_path, "grpo")
     finished = study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
     assert len(finished) == 4 == len(study.trials)
     sampled = {"num_generations", "lr", "beta", "reward.weights.correctness", "reward.weights.xmlcount"}
@@ -145,7 +127,7 @@ hydra:
         PYTHONPATH=str(REPO / "tests"),
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    trials = load(tmp_path, "failures").trials
+    trials = load_study(tmp_path, "failures").trials
     assert [t.state for t in trials] == [TrialState.FAIL] * 3 + [TrialState.COMPLETE]
     assert "this reward fails on purpose" in trials[0].user_attrs["error"]
     assert "is nan" in trials[1].user_attrs["error"]
@@ -153,33 +135,7 @@ hydra:
 
 
 def test_pruning_stops_a_clearly_bad_trial_early(tmp_path, model_cache):
-    args = write_sweep(
-        tmp_path / "conf",
-        "prune",
-        """
-hydra:
-  sweeper:
-    study_name: prune
-    n_trials: 3
-    objectives: [{metric: train/reward_end, direction: maximize}]
-    pruner: {name: median, n_startup_trials: 1, n_warmup_steps: 0}
-    params:
-      # An ideal length of 2 characters: every completion scores 0, clearly worse than 40.
-      reward.functions.length.ideal_length: choice(40, 2)
-    enqueue:
-      - {reward.functions.length.ideal_length: 40}
-      - {reward.functions.length.ideal_length: 40}
-      - {reward.functions.length.ideal_length: 2}
-""",
-    )
-    proc = run_cli(
-        ["-m", *args, *FAST, "max_steps=6", "eval.after=false", "objective.metric=train/reward_end"],
-        tmp_path,
-        model_cache,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    trials = load(tmp_path, "prune").trials
+    trials = run_prune_sweep(tmp_path, model_cache)
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.PRUNED]
     sweep_dir = tmp_path / "outputs" / "sweeps" / "prune"
     steps = [len((sweep_dir / f"trial_{n}" / "history.jsonl").read_text().splitlines()) for n in range(3)]
@@ -192,7 +148,7 @@ hydra:
 def test_pareto_sweep_records_both_objectives(tmp_path, model_cache):
     proc = run_cli(["-m", "sweep=pareto", *FAST, "hydra.sweeper.n_trials=3"], tmp_path, model_cache, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    study = load(tmp_path, "pareto")
+    study = load_study(tmp_path, "pareto")
     assert len(study.directions) == 2
     assert all(t.state == TrialState.COMPLETE and len(t.values) == 2 for t in study.trials)
     assert "Pareto-optimal trials: #" in proc.stdout
@@ -230,12 +186,12 @@ def test_resume_after_a_killed_worker(tmp_path, model_cache):
     assert worker.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
     os.killpg(worker.pid, signal.SIGKILL)  # mid-training of trial 1
     worker.wait()
-    before = load(tmp_path, "lr_beta").trials
+    before = load_study(tmp_path, "lr_beta").trials
     assert [t.state for t in before] == [TrialState.COMPLETE, TrialState.RUNNING]
     time.sleep(3.5)  # past the grace period: trial 1's worker is surely gone
     proc = run_cli(args, tmp_path, model_cache, timeout=600)  # the same command again
     assert proc.returncode == 0, proc.stderr[-4000:]
-    after = load(tmp_path, "lr_beta").trials
+    after = load_study(tmp_path, "lr_beta").trials
     assert [t.number for t in after] == list(range(len(after)))
     assert after[1].state == TrialState.FAIL
     assert len([t for t in after if t.state == TrialState.COMPLETE]) == 3
@@ -254,7 +210,7 @@ def _two_workers(tmp_path: Path, model_cache: Path, storage: str) -> optuna.Stud
     workers = [_popen(args, tmp_path, model_cache, tmp_path / f"worker{i}.log") for i in range(2)]
     for i, w in enumerate(workers):
         assert w.wait(timeout=600) == 0, (tmp_path / f"worker{i}.log").read_text()[-3000:]
-    study = load(tmp_path, "lr_beta", storage)
+    study = load_study(tmp_path, "lr_beta", storage)
     numbers = [t.number for t in study.trials]
     assert len(numbers) == 4 == len(set(numbers))
     assert all(t.state == TrialState.COMPLETE for t in study.trials)
@@ -263,7 +219,7 @@ def _two_workers(tmp_path: Path, model_cache: Path, storage: str) -> optuna.Stud
 
 
 def test_two_workers_share_a_sqlite_study(tmp_path, model_cache):
-    _two_workers(tmp_path, model_cache, sqlite(tmp_path))
+    _two_workers(tmp_path, model_cache, sqlite_url(tmp_path))
 
 
 def test_two_workers_share_a_postgresql_study(tmp_path, model_cache):
@@ -301,7 +257,7 @@ def test_parallel_trials_through_the_joblib_launcher(tmp_path, model_cache):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    first, second = load(tmp_path, "lr_beta").trials
+    first, second = load_study(tmp_path, "lr_beta").trials
     assert first.state == second.state == TrialState.COMPLETE
     assert first.params != second.params
     # Side by side: the second trial started before the first one ended.
@@ -334,7 +290,7 @@ def test_a_sweep_that_fails_everywhere_stops_and_names_the_error(tmp_path, model
     )
     assert proc.returncode != 0
     assert "3 of 3 trials failed" in proc.stderr and "not a multiple of num_generations=3" in proc.stderr
-    assert [t.state for t in load(tmp_path, "lr_beta").trials] == [TrialState.FAIL] * 3
+    assert [t.state for t in load_study(tmp_path, "lr_beta").trials] == [TrialState.FAIL] * 3
 
 
 def test_journal_storage(tmp_path, model_cache):

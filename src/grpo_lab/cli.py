@@ -153,7 +153,13 @@ def task(cfg: DictConfig) -> float:
             resolved_config=resolved,
             cache_dir=cache_dir(),
         )
-        result = run(run_cfg, context)
+        if run_cfg.launcher.kind == "accelerate":
+            from grpo_lab.launch import run_children
+
+            slot = HydraConfig.get().job.get("num", 0) if multirun else 0
+            result = run_children(run_cfg, context, slot=int(slot or 0), env=dict(os.environ))
+        else:
+            result = run(run_cfg, context)
     except GrpoLabError as e:
         log.error("%s", e)
         if multirun:

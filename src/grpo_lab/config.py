@@ -145,8 +145,13 @@ class LoggerConfig:
 
 @dataclass(frozen=True)
 class LauncherConfig:
-    kind: Literal["local"]
+    # local: train in the Hydra job; accelerate: `accelerate launch` children run the resolved config.
+    kind: Literal["local", "accelerate"]
     num_processes: int
+    config_file: str | None
+    gpus_per_job: int | None
+    main_process_port: int | None
+    extra_args: list[str]
 
 
 @dataclass(frozen=True)
@@ -487,6 +492,15 @@ def validate(run: RunConfig) -> RunConfig:
     if not 0 <= run.optimizer.warmup_ratio < 1:
         raise ConfigError(f"`optimizer.warmup_ratio` must be in [0, 1), got {run.optimizer.warmup_ratio}.")
     _positive(run.launcher.num_processes, "launcher.num_processes")
+    if run.launcher.kind == "local" and run.launcher.num_processes != 1:
+        raise ConfigError(
+            "`launcher=local` trains in one process; for several use "
+            f"`launcher=ddp launcher.num_processes={run.launcher.num_processes}`."
+        )
+    if run.launcher.kind == "accelerate" and run.launcher.config_file is None:
+        raise ConfigError("`launcher.config_file` must name an accelerate config file (e.g. ddp.yaml).")
+    if run.launcher.gpus_per_job is not None:
+        _positive(run.launcher.gpus_per_job, "launcher.gpus_per_job")
     _positive(run.eval.max_new_tokens, "eval.max_new_tokens")
     _positive(run.eval.batch_size, "eval.batch_size")
     if run.eval.every_n_steps is not None:
@@ -595,9 +609,14 @@ def _checkpointing_field() -> str:
 
 def to_grpo_config(run: RunConfig, *, output_dir: str, report_to: list[str], run_name: str | None) -> Any:
     """Build TRL's GRPOConfig (imports trl); TRL's own checks become ConfigErrors."""
+    import torch
     from trl import GRPOConfig
 
     kwargs = grpo_kwargs(run, output_dir=output_dir, report_to=report_to, run_name=run_name)
+    if "use_cpu" not in kwargs and not torch.cuda.is_available():
+        # Without it, transformers sets up its device state without cpu=True and, under `accelerate
+        # launch`, sees one process instead of the world size; with it, CPU ranks use gloo (MULTI_CPU).
+        kwargs["use_cpu"] = True
     try:
         return GRPOConfig(**kwargs)
     except (ValueError, TypeError) as e:

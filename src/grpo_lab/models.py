@@ -21,6 +21,7 @@ This module imports neither torch nor transformers at module level: :func:`resol
 from __future__ import annotations
 
 import difflib
+import fcntl
 import importlib.util
 import os
 import re
@@ -325,14 +326,26 @@ def _sync_generation_config(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
 def _cached_build(target: Path, build: Callable[[Path], None]) -> Path:
     """``target``, built by ``build(tmp)`` into a temp folder beside it and renamed, unless already there.
 
-    The rename is atomic, so a folder with a config.json is always complete. When two processes build at
-    once, the second rename fails on the non-empty target and that process drops its own copy.
+    The rename is atomic, so a folder with a config.json is always complete; a lock file beside it lets
+    one process build while the others (the ranks of a job, concurrent trials) wait for it.
     """
     if (target / "config.json").is_file():
         return target
-    if target.exists() and any(target.iterdir()):
-        raise ModelError(f"{target} exists but holds no config.json (not written by grpo_lab?): delete it and rerun.")
     target.parent.mkdir(parents=True, exist_ok=True)
+    # One builder at a time (e.g. the ranks of a multi-process job): the others wait, then find it built.
+    with (target.parent / f".{target.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "config.json").is_file():
+            return target
+        if target.exists() and any(target.iterdir()):
+            raise ModelError(
+                f"{target} exists but holds no config.json (not written by grpo_lab?): delete it and rerun."
+            )
+        _build_into(target, build)
+    return target
+
+
+def _build_into(target: Path, build: Callable[[Path], None]) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         build(tmp)
@@ -344,7 +357,16 @@ def _cached_build(target: Path, build: Callable[[Path], None]) -> Path:
             # Another process finished first: its copy is as good as ours.
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return target
+
+
+def prepare(cfg: ModelConfig, cache_dir: Path | str) -> None:
+    """Build or convert a builtin/packaged model into the cache now (once, before launching many processes)."""
+    source = resolve_source(cfg.name_or_path)
+    models_dir = Path(cache_dir) / "models"
+    if source.kind == "builtin":
+        _cached_build(models_dir / source.location, _BUILDERS[source.location])
+    elif source.kind == "package":
+        load_model_and_tokenizer(cfg, cache_dir)  # converts on first use; cheap afterwards (0.3 s)
 
 
 def _convert_gguf(folder: Path, gguf_file: str, tmp: Path, target: Path) -> None:

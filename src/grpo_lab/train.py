@@ -63,6 +63,39 @@ class RunResult:
     tracker: TrackerInfo
     history: list[dict[str, Any]] = field(default_factory=list)
     durations: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+
+def result_to_json(result: RunResult) -> dict[str, Any]:
+    """What the main process of a multi-process job hands to its parent (grpo_lab.launch)."""
+    return {
+        "status": result.status,
+        "objective": result.objective,
+        "objective_metric": result.objective_metric,
+        "metrics": result.metrics,
+        "run_dir": str(result.run_dir),
+        "run_name": result.run_name,
+        "tracker": vars(result.tracker),
+        "durations": result.durations,
+        "error": result.error,
+    }
+
+
+def result_from_json(data: dict[str, Any]) -> RunResult:
+    def number(value: Any) -> float:
+        return float(value) if value is not None else float("nan")  # NaN arrives as the string "nan"
+
+    return RunResult(
+        status=data["status"],
+        objective=number(data.get("objective")),
+        objective_metric=data.get("objective_metric", ""),
+        metrics={k: number(v) for k, v in (data.get("metrics") or {}).items()},
+        run_dir=Path(data.get("run_dir", ".")),
+        run_name=data.get("run_name", ""),
+        tracker=TrackerInfo(**(data.get("tracker") or {"mode": "disabled"})),
+        durations=data.get("durations") or {},
+        error=data.get("error"),
+    )
 
 
 def _history_callback(path: Path, rows: list[dict[str, Any]]) -> Any:
@@ -97,11 +130,19 @@ def _quiet_progress_bar() -> Any:
     return MetricsProgressBar
 
 
-def _monitor_callback(cfg: RunConfig, tracker: Tracker, eval_set: Any, reporter: Any, evals: list) -> Any:
-    """Periodic held-out evaluation (`eval.every_n_steps`) and Optuna pruning, as one TrainerCallback."""
+def _monitor_callback(
+    cfg: RunConfig, tracker: Tracker, eval_set: Any, reporter: Any, evals: list, stop: dict[str, bool]
+) -> Any:
+    """Periodic held-out evaluation (`eval.every_n_steps`) and Optuna pruning, as one TrainerCallback.
+
+    Only the main process evaluates and talks to Optuna; its decision to stop is broadcast at every log,
+    so that all processes stop at the same step.
+    """
     from transformers import TrainerCallback
 
     class TrainingMonitor(TrainerCallback):
+        pending = False
+
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
             every = cfg.eval.every_n_steps
             step = state.global_step
@@ -112,10 +153,18 @@ def _monitor_callback(cfg: RunConfig, tracker: Tracker, eval_set: Any, reporter:
             evals.append({"step": step, **metrics})
             tracker.log({f"eval/{k}": v for k, v in metrics.items()} | {"train/global_step": step})
             if reporter is not None and reporter.observe_eval(step, metrics):
-                control.should_training_stop = True
+                self.pending = True
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            if reporter is not None and logs and "reward" in logs and reporter.observe_log(state.global_step, logs):
+            decision = self.pending
+            if reporter is not None and logs and "reward" in logs:
+                decision = reporter.observe_log(state.global_step, logs) or decision
+            if args.world_size > 1:  # every process logs at the same steps, so all of them meet here
+                from accelerate.utils import broadcast_object_list
+
+                decision = broadcast_object_list([decision], from_process=0)[0]
+            if decision:
+                stop["pruned"] = True
                 control.should_training_stop = True
 
     return TrainingMonitor()
@@ -154,7 +203,6 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
     started = time.monotonic()
     durations: dict[str, float] = {}
     run_dir = ctx.run_dir
-    records.write_start(run_dir, ctx.resolved_config, ctx.overrides)
 
     # Everything that can fail from bad input fails here, before W&B or a model.
     source = models.resolve_source(cfg.model.name_or_path)
@@ -172,18 +220,24 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
         cfg, output_dir=str(run_dir / "trainer"), report_to=tracker.report_to, run_name=ctx.run_name
     )
     durations["setup"] = time.monotonic() - started
+    # With several processes (grpo_lab.launch), only the main one records, tracks, evaluates and reports.
+    main = grpo_args.process_index == 0
+    if main:
+        records.write_start(run_dir, ctx.resolved_config, ctx.overrides)
 
     reporter = None
-    if cfg.trial is not None:
+    if cfg.trial is not None and main:
         from grpo_lab.sweep.trial import TrialReporter, intermediate_source
 
         reporter = TrialReporter(cfg.trial, intermediate_source(cfg))
 
-    tracker.start(ctx.resolved_config | {"world_size": grpo_args.world_size, "launcher": cfg.launcher.kind})
+    if main:
+        tracker.start(ctx.resolved_config | {"world_size": grpo_args.world_size, "launcher": cfg.launcher.kind})
     if not tracker.report_to:
         grpo_args.report_to = []
     rows: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
+    stop = {"pruned": False}
     metrics: dict[str, float] = {}
     try:
         from transformers import set_seed
@@ -196,7 +250,7 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
         durations["model_load"] = time.monotonic() - t
         log.info("Model %s: %s parameters", cfg.model.name_or_path, f"{total:,}")
 
-        if cfg.eval.before:
+        if cfg.eval.before and main:
             t = time.monotonic()
             before = evaluate(model, tokenizer, pair.eval, cfg.eval, desc="eval before")
             durations["eval_before"] = time.monotonic() - t
@@ -205,7 +259,8 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
             tracker.log({k: v for k, v in metrics.items()})
 
         history_path = run_dir / "history.jsonl"
-        history_path.unlink(missing_ok=True)
+        if main:
+            history_path.unlink(missing_ok=True)
         trainer = GRPOTrainer(
             model=model,
             processing_class=tokenizer,
@@ -215,7 +270,7 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
             peft_config=models.lora_config(cfg.model),
             callbacks=[
                 _history_callback(history_path, rows),
-                _monitor_callback(cfg, tracker, pair.eval, reporter, evals),
+                _monitor_callback(cfg, tracker, pair.eval, reporter, evals, stop),
             ],
         )
         if not grpo_args.disable_tqdm:
@@ -227,8 +282,17 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
         trainer.train()
         durations["train"] = time.monotonic() - t
         metrics |= training_metrics(rows)
-        if reporter is not None and reporter.pruned:
-            return _pruned(cfg, ctx, tracker, reporter, metrics, rows, durations, started)
+        if stop["pruned"]:
+            if main:
+                return _pruned(cfg, ctx, tracker, reporter, metrics, rows, durations, started)
+            return RunResult("pruned", float("nan"), cfg.objective.metric, {}, run_dir, ctx.run_name, tracker.info)
+
+        if cfg.output.save_model:  # every process: sharded (DeepSpeed/FSDP) weights are gathered here
+            trainer.save_model(str(run_dir / "model"))
+            if main:
+                tokenizer.save_pretrained(str(run_dir / "model"))
+        if not main:
+            return RunResult("finished", float("nan"), cfg.objective.metric, {}, run_dir, ctx.run_name, tracker.info)
 
         if cfg.eval.after:
             t = time.monotonic()
@@ -236,10 +300,6 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
             durations["eval_after"] = time.monotonic() - t
             metrics |= after.metrics("eval_after")
             _save_eval(run_dir, "eval_after", after)
-
-        if cfg.output.save_model:
-            trainer.save_model(str(run_dir / "model"))
-            tokenizer.save_pretrained(str(run_dir / "model"))
 
         objective = metrics.get(cfg.objective.metric, float("nan"))
         if cfg.objective.metric not in metrics:
@@ -264,8 +324,8 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
         tracker.finish(failed=False)
         return result
     except BaseException as e:
-        if reporter is not None and reporter.pruned:
-            raise  # recorded as pruned already
+        if stop["pruned"] or not main:
+            raise  # pruned: recorded already; other processes: the main one records
         durations["total"] = time.monotonic() - started
         failed = RunResult(
             status="failed",

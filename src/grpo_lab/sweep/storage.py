@@ -34,10 +34,11 @@ def _sqlite_path(url: str) -> Path | None:
 
 def lock_path(url: str) -> Path | None:
     """The file to lock for file-backed storages (None for server databases)."""
+    # Not `<file>.lock`: Optuna's journal backend takes that name for its own (symlink) lock.
     if url.startswith(JOURNAL_PREFIX):
-        return Path(url.removeprefix(JOURNAL_PREFIX) + ".lock")
+        return Path(url.removeprefix(JOURNAL_PREFIX) + ".grpo_lab-claim")
     sqlite = _sqlite_path(url)
-    return Path(str(sqlite) + ".lock") if sqlite is not None else None
+    return Path(str(sqlite) + ".grpo_lab-claim") if sqlite is not None else None
 
 
 def make_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_retry: int | None) -> Any:

@@ -1,0 +1,157 @@
+"""Several processes per job through `accelerate launch` (gloo ranks on this CPU-only machine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from grpo_lab.errors import ConfigError
+from grpo_lab.launch import assign_gpus, visible_gpus
+from grpo_lab.wandb_files import find_runs, read_run
+
+from conftest import REPO, cli_env, run_cli, run_prune_sweep
+
+DDP = [
+    "experiment=smoke",
+    "launcher=ddp",
+    "launcher.num_processes=2",
+    "max_steps=2",
+    "eval.before=false",
+    "output.save_model=false",
+]
+
+
+@pytest.mark.parametrize(
+    ("slot", "per_job", "visible", "expected"),
+    [
+        (0, 2, list("01234567"), ["0", "1"]),
+        (3, 2, list("01234567"), ["6", "7"]),
+        (4, 2, list("01234567"), ["0", "1"]),  # slot 0 is done by then: its block is free again
+        (1, 4, list("01234567"), ["4", "5", "6", "7"]),
+        (2, 3, list("01234567"), ["0", "1", "2"]),  # 8 // 3 = 2 blocks; GPUs 6, 7 stay idle
+        (1, 1, ["3", "5"], ["5"]),  # CUDA_VISIBLE_DEVICES=3,5
+    ],
+)
+def test_concurrent_jobs_get_disjoint_gpus(slot, per_job, visible, expected):
+    assert assign_gpus(slot, per_job, visible) == expected
+
+
+def test_four_two_gpu_trials_share_eight_gpus_without_overlap():
+    blocks = [assign_gpus(slot, 2, visible_gpus(None, 8)) for slot in range(4)]
+    assert sorted(g for b in blocks for g in b) == [str(i) for i in range(8)]
+
+
+def test_more_gpus_than_exist_fails_clearly():
+    with pytest.raises(ConfigError, match="gpus_per_job=4` but this machine has 2 GPU"):
+        assign_gpus(0, 4, visible_gpus("0,1", 8))
+    with pytest.raises(ConfigError, match="has 0 GPU"):
+        assign_gpus(0, 1, visible_gpus(None, 0))
+
+
+def test_gpus_per_job_on_a_cpu_machine_fails_before_launching(tmp_path, model_cache):
+    proc = run_cli([*DDP, "launcher.gpus_per_job=2"], tmp_path, model_cache, timeout=120)
+    assert proc.returncode == 1 and "launcher.gpus_per_job=2" in proc.stderr
+    assert not (tmp_path / "outputs").exists() or not list(tmp_path.rglob("children.pid"))
+
+
+def test_two_processes_train_one_job_with_one_wandb_run(tmp_path, model_cache):
+    proc = run_cli(DDP, tmp_path, model_cache, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "finished ==" in proc.stdout  # the parent's summary, from the main child's result
+    (metrics_file,) = (tmp_path / "outputs").rglob("metrics.json")
+    metrics = json.loads(metrics_file.read_text())
+    assert metrics["status"] == "finished" and metrics["metrics"]["train/steps"] == 2
+    runs = [read_run(p) for p in find_runs(tmp_path / "outputs")]
+    assert len(runs) == 1
+    assert runs[0].config["world_size"] == 2 and runs[0].config["launcher"] == "accelerate"
+    assert [r["train/global_step"] for r in runs[0].history if "train/reward" in r] == [1, 2]
+
+
+def test_a_crashing_child_fails_the_job_with_its_error(tmp_path, model_cache):
+    proc = run_cli(
+        [*DDP, "+reward.functions.boom._target_=failing_rewards.explode", "+reward.weights.boom=1.0"],
+        tmp_path,
+        model_cache,
+        timeout=300,
+        PYTHONPATH=str(REPO / "tests"),
+    )
+    assert proc.returncode == 1
+    assert "training processes failed" in proc.stderr and "this reward fails on purpose" in proc.stderr
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_killing_the_parent_leaves_no_child(tmp_path, model_cache):
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "grpo_lab", *DDP, "max_steps=500"],
+        cwd=tmp_path,
+        env=cli_env(model_cache),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not list(tmp_path.rglob("history.jsonl")):
+            time.sleep(0.5)  # training has started on both ranks
+        pids = _descendants(parent.pid)
+        assert len(pids) >= 3, pids  # accelerate's launcher and two ranks
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.5)
+        assert not [p for p in pids if _alive(p)]
+    finally:
+        for p in _descendants(parent.pid):
+            os.kill(p, signal.SIGKILL)
+
+
+def test_a_sweep_with_two_processes_per_trial(tmp_path, model_cache):
+    proc = run_cli(["-m", "sweep=lr_beta", *DDP, "hydra.sweeper.n_trials=2"], tmp_path, model_cache, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    study = optuna.load_study(study_name="lr_beta", storage=f"sqlite:///{tmp_path / 'outputs/sweeps/optuna.db'}")
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    for trial in study.trials:
+        (run,) = [read_run(p) for p in find_runs(tmp_path / "outputs" / "sweeps" / "lr_beta" / f"trial_{trial.number}")]
+        assert run.config["world_size"] == 2 and run.group == "lr_beta"
+
+
+def test_pruning_a_two_process_trial_stops_every_rank_at_once(tmp_path, model_cache):
+    trials = run_prune_sweep(tmp_path, model_cache, "launcher=ddp", "launcher.num_processes=2")
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.PRUNED]
+    assert len(trials[2].intermediate_values) < 6  # reported once per step by the main process only
+    log = (tmp_path / "outputs" / "sweeps" / "prune" / "trial_2" / "launch" / "children.log").read_text()
+    assert "Traceback" not in log  # both ranks stopped cleanly at the same step
