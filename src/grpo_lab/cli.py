@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_lab import config as config_mod
 from grpo_lab.errors import GrpoLabError
-from grpo_lab.paths import CONF_DIR, SWEEPS_DIR, cache_dir
+from grpo_lab.paths import CONF_DIR, SWEEPS_DIR, cache_dir, config_groups
 
 log = logging.getLogger("grpo_lab")
 
@@ -64,10 +64,6 @@ def register_sweeps() -> list[str]:
 register_sweeps()
 
 
-def _config_groups() -> set[str]:
-    return {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"sweep"}
-
-
 def prepare_overrides(args: list[str]) -> tuple[list[str], list[str]]:
     """Rewrite `key=value` overrides into `++key=value`, and list the swept keys.
 
@@ -78,7 +74,7 @@ def prepare_overrides(args: list[str]) -> tuple[list[str], list[str]]:
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    groups = _config_groups()
+    groups = config_groups()
     parser = OverridesParser.create()
     out: list[str] = []
     swept: list[str] = []

@@ -11,6 +11,11 @@ CONF_DIR = PROJECT_ROOT / "conf"
 SWEEPS_DIR = PROJECT_ROOT / "sweeps"
 
 
+def config_groups() -> set[str]:
+    """Config group names: the folders of conf/, plus `sweep` (sweeps/ is registered as that group)."""
+    return {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"sweep"}
+
+
 def cache_dir() -> Path:
     """`$GRPO_LAB_CACHE`, else `$XDG_CACHE_HOME/grpo_lab`, else `~/.cache/grpo_lab`."""
     if explicit := os.environ.get("GRPO_LAB_CACHE"):

@@ -69,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
             if source.kind == "study":
                 import optuna
 
-                from grpo_lab.sweep.trial import _storage
+                from grpo_lab.sweep.storage import open_storage
 
-                study = optuna.load_study(study_name=source.study_name, storage=_storage(source.storage))
+                study = optuna.load_study(study_name=source.study_name, storage=open_storage(source.storage))
                 written += plots.study_plots(study, source.out_dir)
         print("\nWritten: " + ", ".join(str(p) for p in written))
         flagged = [row for row in board.rows if row["health"]]

@@ -9,7 +9,7 @@ from typing import Any
 
 from grpo_lab.compare.leaderboard import Board
 from grpo_lab.compare.sources import RunRecord, SourceError
-from grpo_lab.paths import CONF_DIR
+from grpo_lab.paths import CONF_DIR, config_groups
 
 
 def pick(board: Board, trial: int | None) -> RunRecord:
@@ -38,9 +38,9 @@ def _pareto(board: Board) -> list[int]:
     if board.source.storage and board.source.study_name:
         import optuna
 
-        from grpo_lab.sweep.trial import _storage
+        from grpo_lab.sweep.storage import open_storage
 
-        study = optuna.load_study(study_name=board.source.study_name, storage=_storage(board.source.storage))
+        study = optuna.load_study(study_name=board.source.study_name, storage=open_storage(board.source.storage))
         return sorted(t.number for t in study.best_trials)
     return []
 
@@ -49,7 +49,7 @@ def _split(overrides: list[str]) -> tuple[str, list[tuple[str, str]], list[tuple
     """(base experiment, group choices, key values) from a run's overrides."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
+    groups = config_groups()
     parser = OverridesParser.create()
     base = "quickstart"
     choices: list[tuple[str, str]] = []

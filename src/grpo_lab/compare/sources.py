@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_lab.errors import GrpoLabError
-
-# Overrides that say how a job was run, not what was tried.
-_MACHINERY = ("trial", "logger.name", "logger.group", "sweep")
+from grpo_lab.sweep.report import is_machinery
 
 
 class SourceError(GrpoLabError):
@@ -103,7 +101,7 @@ def read_run_dir(run_dir: Path) -> RunRecord:
         state=data.get("status", "incomplete"),
         objective=objective if objective is not None and math.isfinite(objective) else None,
         metrics=metrics,
-        overrides=[o for o in _overrides(run_dir) if o.split("=", 1)[0].lstrip("+") not in _MACHINERY],
+        overrides=[o for o in _overrides(run_dir) if not is_machinery(o)],
         history=_history(run_dir),
         run_dir=run_dir,
         wandb=wandb.get("url") or wandb.get("run_path"),
@@ -155,13 +153,13 @@ def from_folder(path: Path) -> Source:
 def from_study(storage: str, study_name: str, out_dir: Path | None = None) -> Source:
     import optuna
 
-    from grpo_lab.sweep.trial import _storage
+    from grpo_lab.sweep.storage import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.load_study(study_name=study_name, storage=_storage(storage))
+        study = optuna.load_study(study_name=study_name, storage=open_storage(storage))
     except KeyError as e:
-        names = [s.study_name for s in optuna.get_all_study_summaries(storage=_storage(storage))]
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage=open_storage(storage))]
         raise SourceError(f"No study {study_name!r} in {storage}; studies there: {', '.join(names) or 'none'}.") from e
     except Exception as e:
         raise SourceError(f"Cannot open the Optuna storage {storage!r}: {e}") from e
@@ -180,11 +178,7 @@ def from_study(storage: str, study_name: str, out_dir: Path | None = None) -> So
         record.state = {"COMPLETE": "finished", "FAIL": "failed"}.get(t.state.name, t.state.name.lower())
         record.values = list(t.values) if t.values is not None else None
         record.objective = record.values[0] if record.values else None
-        record.overrides = [
-            o.removeprefix("++")
-            for o in t.user_attrs.get("overrides", [])
-            if o.split("=", 1)[0].lstrip("+") not in _MACHINERY and not o.startswith("hydra.")
-        ]
+        record.overrides = [o.removeprefix("++") for o in t.user_attrs.get("overrides", []) if not is_machinery(o)]
         record.params = dict(t.params)
         record.error = t.user_attrs.get("error") or record.error
         if t.datetime_start and t.datetime_complete:

@@ -61,12 +61,20 @@ def trials_table(study: Any, metrics: list[str]) -> str:
     return "\n".join(lines)
 
 
+# Overrides that say how a trial was run (set by the sweeper), not what it tried.
+MACHINERY_KEYS = ("sweep", "trial", "logger.name", "logger.group")
+
+
+def is_machinery(override: str) -> bool:
+    key = override.split("=", 1)[0].lstrip("+~")
+    return key in MACHINERY_KEYS or key.startswith("hydra")
+
+
 def rerun_command(overrides: list[str]) -> str:
     """`python -m grpo_lab ...` for a trial: its overrides minus the sweep machinery."""
     keep = []
     for o in overrides:
-        key = o.split("=", 1)[0].lstrip("+")
-        if key in ("sweep", "trial", "logger.name", "logger.group") or key.startswith("hydra"):
+        if is_machinery(o):
             continue
         # `++` is how grpo_lab passes plain keys on; the CLI adds it again. A user's own `+` stays.
         keep.append(o.removeprefix("++"))

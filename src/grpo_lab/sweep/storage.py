@@ -41,6 +41,16 @@ def lock_path(url: str) -> Path | None:
     return Path(str(sqlite) + ".grpo_lab-claim") if sqlite is not None else None
 
 
+def open_storage(url: str) -> Any:
+    """A storage to read or report to (no heartbeats): what optuna.load_study takes."""
+    if url.startswith(JOURNAL_PREFIX):
+        import optuna
+        from optuna.storages.journal import JournalFileBackend
+
+        return optuna.storages.JournalStorage(JournalFileBackend(url.removeprefix(JOURNAL_PREFIX)))
+    return url
+
+
 def make_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_retry: int | None) -> Any:
     """An Optuna storage for `url` with heartbeats (and retries of stale trials when `max_retry` is set)."""
     import optuna

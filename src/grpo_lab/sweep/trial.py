@@ -46,10 +46,11 @@ class TrialReporter:
         self.last: tuple[int, float] | None = None
         self._ema: float | None = None
         from grpo_lab.sweep.samplers import build_pruner
+        from grpo_lab.sweep.storage import open_storage
 
         # The job's own study object decides should_prune(): it needs the sweep's pruner, not Optuna's default.
         study = optuna.load_study(
-            study_name=trial_cfg.study, storage=_storage(trial_cfg.storage), pruner=build_pruner(trial_cfg.pruner)
+            study_name=trial_cfg.study, storage=open_storage(trial_cfg.storage), pruner=build_pruner(trial_cfg.pruner)
         )
         self.trial = optuna.Trial(study, trial_cfg.id)
         wanted = trial_cfg.pruner is not None
@@ -80,17 +81,6 @@ class TrialReporter:
             self.pruned = True
             log.info("Trial %d pruned at step %d (intermediate value %.4g).", self.trial.number, step, value)
         return self.pruned
-
-
-def _storage(url: str) -> Any:
-    from grpo_lab.sweep.storage import JOURNAL_PREFIX
-
-    if url.startswith(JOURNAL_PREFIX):
-        import optuna
-        from optuna.storages.journal import JournalFileBackend
-
-        return optuna.storages.JournalStorage(JournalFileBackend(url.removeprefix(JOURNAL_PREFIX)))
-    return url
 
 
 def pruned_error(reporter: TrialReporter) -> Exception:

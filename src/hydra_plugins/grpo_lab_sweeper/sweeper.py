@@ -91,6 +91,7 @@ class GrpoOptunaSweeper(Sweeper):
         from optuna.trial import TrialState
 
         from grpo_lab.config import check_metric_name
+        from grpo_lab.paths import config_groups
         from grpo_lab.sweep import storage as st
         from grpo_lab.sweep.report import trials_table, write_best
         from grpo_lab.sweep.samplers import build_pruner, build_sampler
@@ -104,7 +105,7 @@ class GrpoOptunaSweeper(Sweeper):
         directions = [o.direction for o in objectives]
         multi = len(objectives) > 1
         params = expand_wildcards(OmegaConf.to_container(s.params) or {}, self.config)
-        space = parse_space(params, arguments, _groups())
+        space = parse_space(params, arguments, config_groups())
         url = s.storage or DEFAULT_STORAGE
         storage = st.make_storage(
             url, heartbeat_interval=s.heartbeat_interval, grace_period=s.grace_period, max_retry=s.retry_failed
@@ -257,9 +258,3 @@ class GrpoOptunaSweeper(Sweeper):
                 f"{len(failed)} of {len(ended)} trials failed (more than max_failure_fraction={limit}); "
                 f"the most common error ({count}x): {common}"
             )
-
-
-def _groups() -> set[str]:
-    from grpo_lab.paths import CONF_DIR
-
-    return {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"sweep"}
