@@ -114,11 +114,10 @@ def _stop(proc: subprocess.Popen) -> None:
 def run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) -> Any:
     """Run the job on `launcher.num_processes` processes; returns the main child's RunResult."""
     from grpo_lab import models, records
-    from grpo_lab.train import result_from_json
+    from grpo_lab.train import result_from_metrics
 
     launch_dir = ctx.run_dir / "launch"
     launch_dir.mkdir(parents=True, exist_ok=True)
-    records.write_start(ctx.run_dir, ctx.resolved_config, ctx.overrides)
     models.prepare(cfg.model, ctx.cache_dir)  # convert/build once here, not once per process
     child_env = dict(env)
     if cfg.launcher.gpus_per_job is not None:
@@ -129,12 +128,12 @@ def run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) ->
         log.info("Job slot %d: GPUs %s", slot, child_env["CUDA_VISIBLE_DEVICES"])
     port = cfg.launcher.main_process_port or free_port()
     job_file = launch_dir / "job.json"
-    result_file = launch_dir / "result.json"
-    result_file.unlink(missing_ok=True)
+    # The main child records the run in metrics.json, as a single-process run does: that is the result.
+    metrics_file = ctx.run_dir / "metrics.json"
+    metrics_file.unlink(missing_ok=True)
     job = {
         "config": ctx.resolved_config,  # the composed config, as the parent validated it
         "context": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(ctx).items()},
-        "result_file": str(result_file),
     }
     records.write_json(job_file, job)
     argv = command(cfg.launcher, job_file, port)
@@ -166,17 +165,17 @@ def run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) ->
             if in_main:
                 signal.signal(signal.SIGTERM, previous)
             pump.join(timeout=10)
-    if result_file.exists():
-        result = result_from_json(json.loads(result_file.read_text()))
-        if result.status == "pruned":
-            import optuna
+    result = result_from_metrics(json.loads(metrics_file.read_text()), ctx.run_dir) if metrics_file.exists() else None
+    if result is not None and result.status == "pruned":
+        import optuna
 
-            raise optuna.TrialPruned(result.error or "pruned")
-        if code == 0 and result.status == "finished":
-            return result
+        raise optuna.TrialPruned(result.error or "pruned")
+    if result is not None and code == 0 and result.status == "finished":
+        return result
+    reason = f": {result.error}" if result is not None and result.error else ""
     message = "\n".join(tail)
     raise LaunchError(
-        f"The {cfg.launcher.num_processes} training processes failed (exit code {code}); "
+        f"The {cfg.launcher.num_processes} training processes failed (exit code {code}){reason}; "
         f"last lines of {launch_dir / 'children.log'}:\n{message}"
     )
 

@@ -1,21 +1,21 @@
 """`python -m grpo_lab.launch_child JOB_JSON`: one of the `accelerate launch` processes of a job.
 
 It runs the already composed and validated config the parent wrote (never composes again, never sweeps);
-the main process writes the result for the parent. Started by grpo_lab.launch, not by users.
+the main process records the run (metrics.json) for the parent. Started by grpo_lab.launch, not by users.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 
 def main(job_file: str) -> int:
+    import optuna
+
     from grpo_lab import config as config_mod
-    from grpo_lab import records
-    from grpo_lab.train import RunContext, result_to_json, run
+    from grpo_lab.train import RunContext, run
 
     job = json.loads(Path(job_file).read_text(encoding="utf-8"))
     ctx_data = dict(job["context"])
@@ -24,22 +24,11 @@ def main(job_file: str) -> int:
         cache_dir=Path(ctx_data.pop("cache_dir")),
         **{k: tuple(v) if k == "extra_tags" else v for k, v in ctx_data.items()},
     )
-    cfg = config_mod.load(job["config"])
-    main_process = os.environ.get("RANK", "0") == "0"  # set by accelerate/torchrun for every process
-    result_file = Path(job["result_file"])
+    # The main process records the result in the run folder's metrics.json, which the parent reads.
     try:
-        result = run(cfg, ctx)
-    except BaseException as e:
-        import optuna
-
-        if main_process:
-            status = "pruned" if isinstance(e, optuna.TrialPruned) else "failed"
-            records.write_json(result_file, {"status": status, "error": f"{type(e).__name__}: {e}"})
-        if isinstance(e, optuna.TrialPruned):
-            return 0
-        raise
-    if main_process:
-        records.write_json(result_file, result_to_json(result))
+        run(config_mod.load(job["config"]), ctx)
+    except optuna.TrialPruned:
+        return 0  # recorded as pruned; not a crash
     return 0
 
 

@@ -66,35 +66,23 @@ class RunResult:
     error: str | None = None
 
 
-def result_to_json(result: RunResult) -> dict[str, Any]:
-    """What the main process of a multi-process job hands to its parent (grpo_lab.launch)."""
-    return {
-        "status": result.status,
-        "objective": result.objective,
-        "objective_metric": result.objective_metric,
-        "metrics": result.metrics,
-        "run_dir": str(result.run_dir),
-        "run_name": result.run_name,
-        "tracker": vars(result.tracker),
-        "durations": result.durations,
-        "error": result.error,
-    }
+def result_from_metrics(data: dict[str, Any], run_dir: Path) -> RunResult:
+    """A RunResult from a run folder's metrics.json (how a multi-process job's parent learns the result)."""
 
-
-def result_from_json(data: dict[str, Any]) -> RunResult:
     def number(value: Any) -> float:
-        return float(value) if value is not None else float("nan")  # NaN arrives as the string "nan"
+        return float(value) if value is not None else float("nan")  # NaN is stored as the string "nan"
 
+    objective = data.get("objective") or {}
     return RunResult(
         status=data["status"],
-        objective=number(data.get("objective")),
-        objective_metric=data.get("objective_metric", ""),
+        objective=number(objective.get("value")),
+        objective_metric=objective.get("metric", ""),
         metrics={k: number(v) for k, v in (data.get("metrics") or {}).items()},
-        run_dir=Path(data.get("run_dir", ".")),
+        run_dir=run_dir,
         run_name=data.get("run_name", ""),
-        tracker=TrackerInfo(**(data.get("tracker") or {"mode": "disabled"})),
-        durations=data.get("durations") or {},
-        error=data.get("error"),
+        tracker=TrackerInfo(**(data.get("wandb") or {"mode": "disabled"})),
+        durations=data.get("durations_s") or {},
+        error=data.get("error") or data.get("pruned"),
     )
 
 
@@ -350,6 +338,7 @@ def _pruned(cfg, ctx, tracker, reporter, metrics, rows, durations, started) -> R
 
     durations["total"] = time.monotonic() - started
     step, value = reporter.last
+    error = pruned_error(reporter)
     result = RunResult(
         status="pruned",
         objective=float("nan"),
@@ -361,11 +350,11 @@ def _pruned(cfg, ctx, tracker, reporter, metrics, rows, durations, started) -> R
         history=rows,
         durations=durations,
     )
-    _write_metrics(result)
+    _write_metrics(result, pruned=str(error))
     tracker.add_tags("pruned")
     tracker.summarize({"status": "pruned", "pruned/step": step, "pruned/intermediate_value": value})
     tracker.finish(failed=False)
-    raise pruned_error(reporter)
+    raise error
 
 
 def _write_metrics(result: RunResult, **extra: Any) -> None:

@@ -137,16 +137,15 @@ def from_folder(path: Path) -> Source:
     dirs = _run_dirs(path)
     if not dirs:
         raise SourceError(f"{path} holds no runs (no folder with Hydra's .hydra/ below it): is the sweep empty?")
-    runs = [read_run_dir(d) for d in dirs]
-    metric, direction = _objective_of(dirs[0])
     best = path / "best.yaml"
     if best.exists():  # a sweep folder: its study has the real objective(s) and trial states
         import yaml
 
         info = yaml.safe_load(best.read_text()) or {}
         if info.get("storage") and info.get("study"):
-            study = from_study(info["storage"], info["study"], out_dir=path)
-            return study
+            return from_study(info["storage"], info["study"], out_dir=path)
+    runs = [read_run_dir(d) for d in dirs]
+    metric, direction = _objective_of(dirs[0])
     return Source(kind="folder", label=str(path), runs=runs, out_dir=path, metrics=[metric], directions=[direction])
 
 
