@@ -212,7 +212,8 @@ def _two_workers(tmp_path: Path, model_cache: Path, storage: str) -> optuna.Stud
         assert w.wait(timeout=600) == 0, (tmp_path / f"worker{i}.log").read_text()[-3000:]
     study = load_study(tmp_path, "lr_beta", storage)
     numbers = [t.number for t in study.trials]
-    assert len(numbers) == 4 == len(set(numbers))
+    described = [(t.number, t.state.name, t.user_attrs.get("worker"), t.user_attrs.get("error")) for t in study.trials]
+    assert len(numbers) == 4 == len(set(numbers)), described
     assert all(t.state == TrialState.COMPLETE for t in study.trials)
     assert {t.user_attrs["worker"] for t in study.trials} == {0, 1}  # both really worked
     return study

@@ -41,13 +41,23 @@ def lock_path(url: str) -> Path | None:
     return Path(str(sqlite) + ".grpo_lab-claim") if sqlite is not None else None
 
 
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    # SQLite lets one writer in at a time; Python's 5 s busy timeout is too short when several workers
+    # and their heartbeats share a file on a loaded machine ("database is locked" would fail a trial).
+    connect_args = {"timeout": 120} if _sqlite_path(url) is not None else {}
+    return {"pool_pre_ping": True, "connect_args": connect_args}
+
+
 def open_storage(url: str) -> Any:
     """A storage to read or report to (no heartbeats): what optuna.load_study takes."""
+    import optuna
+
     if url.startswith(JOURNAL_PREFIX):
-        import optuna
         from optuna.storages.journal import JournalFileBackend
 
         return optuna.storages.JournalStorage(JournalFileBackend(url.removeprefix(JOURNAL_PREFIX)))
+    if _sqlite_path(url) is not None:
+        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
     return url
 
 
@@ -79,7 +89,7 @@ def make_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_re
                 heartbeat_interval=heartbeat_interval,
                 grace_period=grace_period,
                 failed_trial_callback=callback,
-                engine_kwargs={"pool_pre_ping": True},
+                engine_kwargs=_engine_kwargs(url),
             )
         except Exception as e:
             if attempt == 7 or not _is_race(e):
@@ -152,12 +162,13 @@ def fail_stale(study: Any, storage: Any) -> list[int]:
     import optuna
     from optuna.trial import TrialState
 
-    before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
     if not isinstance(storage, optuna.storages.RDBStorage):
         return []  # journal files keep no heartbeats
+    before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
     optuna.storages.fail_stale_trials(study)
-    after = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-    stale = sorted(before - after)
+    # Only those now FAIL: a trial that another worker finished meanwhile is not stale.
+    failed = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
+    stale = sorted(before & failed)
     for number in stale:
         log.warning("Trial %d was left running by a worker that stopped; marked FAIL.", number)
     return stale

@@ -49,8 +49,8 @@ class _Heartbeat:
             for trial_id in self._ids:
                 try:
                     self._storage.record_heartbeat(trial_id)
-                except Exception as e:  # a missed beat only makes the trial look stale later
-                    log.debug("heartbeat failed: %s", e)
+                except Exception as e:  # one missed beat is harmless; a run of them makes the trial look stale
+                    log.warning("Heartbeat of trial id %d failed: %s", trial_id, e)
             if self._stop.wait(self._interval):
                 return
 
