@@ -68,11 +68,8 @@ def make_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_re
 
     callback = RetryFailedTrialCallback(max_retry=max_retry) if max_retry else None
     if url.startswith(JOURNAL_PREFIX):
-        from optuna.storages.journal import JournalFileBackend
-
-        path = Path(url.removeprefix(JOURNAL_PREFIX))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        Path(url.removeprefix(JOURNAL_PREFIX)).parent.mkdir(parents=True, exist_ok=True)
+        return open_storage(url)  # journal files keep no heartbeats
     sqlite = _sqlite_path(url)
     if sqlite is not None:
         sqlite.parent.mkdir(parents=True, exist_ok=True)
