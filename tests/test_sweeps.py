@@ -19,6 +19,7 @@ from grpo_lab.sweep.space import parse_space
 from grpo_lab.wandb_files import find_runs, read_run
 
 from conftest import FAST, REPO, cli_env, load_study, run_cli, run_prune_sweep, sqlite_url, write_sweep
+from conftest import load_study as load_sqlite_study
 
 GROUPS = {"model", "data", "experiment", "sweep"}
 
@@ -168,7 +169,19 @@ def _popen(args: list[str], cwd: Path, cache: Path, log: Path) -> subprocess.Pop
     )
 
 
-def test_resume_after_a_killed_worker(tmp_path, model_cache):
+def _journal_study(path: Path, name: str) -> optuna.Study:
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return optuna.load_study(study_name=name, storage=JournalStorage(JournalFileBackend(str(path))))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_resume_after_a_killed_worker(tmp_path, model_cache, kind):
+    """A killed worker's RUNNING trial goes stale (Optuna's heartbeats on SQLite, grpo_lab's on journal
+    files, which Optuna gives none) and the same command finishes the study with exactly n_trials."""
+    journal = tmp_path / "shared" / "optuna.log"
+    storage = [f"hydra.sweeper.storage='journal:{journal}'"] if kind == "journal" else []
     args = [
         "-m",
         "sweep=lr_beta",
@@ -177,11 +190,28 @@ def test_resume_after_a_killed_worker(tmp_path, model_cache):
         "hydra.sweeper.pruner.name=none",
         "hydra.sweeper.heartbeat_interval=1",
         "hydra.sweeper.grace_period=3",
+        *storage,
     ]
+
+    def load_study(cwd: Path, name: str) -> optuna.Study:
+        return _journal_study(journal, name) if kind == "journal" else load_sqlite_study(cwd, name)
+
     worker = _popen(args, tmp_path, model_cache, tmp_path / "first.log")
-    second_trial = tmp_path / "outputs" / "sweeps" / "lr_beta" / "trial_1" / "history.jsonl"
+    # Sync on the study itself: trial 1 is RUNNING in the storage and its job is training.
+    history = tmp_path / "outputs" / "sweeps" / "lr_beta" / "trial_1" / "history.jsonl"
+    db = journal if kind == "journal" else tmp_path / "outputs" / "sweeps" / "optuna.db"
+
+    def trial_1_running() -> bool:
+        if not db.exists() or not history.exists():
+            return False
+        try:
+            trials = load_study(tmp_path, "lr_beta").trials
+        except KeyError:  # the study is not created yet
+            return False
+        return len(trials) == 2 and trials[1].state == TrialState.RUNNING
+
     deadline = time.monotonic() + 300
-    while not second_trial.exists() and worker.poll() is None and time.monotonic() < deadline:
+    while not trial_1_running() and worker.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert worker.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
     os.killpg(worker.pid, signal.SIGKILL)  # mid-training of trial 1
@@ -303,8 +333,27 @@ def test_journal_storage(tmp_path, model_cache):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    study = optuna.load_study(study_name="lr_beta", storage=JournalStorage(JournalFileBackend(str(journal))))
+    study = _journal_study(journal, "lr_beta")
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+
+
+def test_a_sweep_keeps_only_the_best_model(tmp_path, model_cache):
+    """keep_models=best (the default): every trial saves its model, and only the best one's stays on disk."""
+    args = ["-m", "sweep=lr_beta", *FAST, "output.save_model=true", "hydra.sweeper.n_trials=3"]
+    args += ["hydra.sweeper.pruner.name=none", "objective.metric=train/reward_end"]
+    proc = run_cli(args, tmp_path, model_cache, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    sweep_dir = tmp_path / "outputs" / "sweeps" / "lr_beta"
+    kept = sorted(p.parent.name for p in sweep_dir.glob("trial_*/model"))
+    study = load_study(tmp_path, "lr_beta")
+    assert kept == [f"trial_{study.best_trial.number}"]
+    best = yaml.safe_load((sweep_dir / "best.yaml").read_text())
+    assert best["model"] == str(Path(study.best_trial.user_attrs["run_dir"]) / "model")
+    assert f"Kept models (keep_models=best): {best['model']}" in proc.stdout
+    # keep_models=none: the trials save nothing at all.
+    # keep_models=none: the sweeper tells each trial not to save (the smoke preset would), nothing is left.
+    args = [a for a in args if not a.startswith(("output.save_model=", "hydra.sweeper.n_trials="))]
+    proc = run_cli([*args, "hydra.sweeper.n_trials=4", "hydra.sweeper.keep_models=none"], tmp_path, model_cache)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert yaml.safe_load((sweep_dir / "trial_3" / "config.yaml").read_text())["output"]["save_model"] is False
+    assert not list(sweep_dir.glob("trial_*/model"))

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from grpo_lab.sweep.retention import model_path
 from grpo_lab.sweep.space import format_value
 
 
@@ -97,6 +98,8 @@ def write_best(study: Any, path: Path, *, metrics: list[str], storage: str) -> P
                 "values": dict(zip(metrics, t.values, strict=True)),
                 "params": dict(t.params),
                 "run_dir": t.user_attrs.get("run_dir"),
+                # Where its model is, if this trial kept one (hydra.sweeper.keep_models).
+                "model": str(model) if (model := model_path(t)) is not None and model.is_dir() else None,
                 "overrides": [o for o in overrides if not o.lstrip("+").startswith(("trial=", "hydra."))],
                 "command": rerun_command(overrides),
             }

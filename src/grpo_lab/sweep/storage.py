@@ -4,7 +4,8 @@
   study races on PostgreSQL, so creation is retried until one wins and the others load it.
 - Trials are claimed under a lock (a file lock beside SQLite/journal files, an advisory lock on
   PostgreSQL), so that workers together run exactly `n_trials` and never more.
-- Running trials send heartbeats; a trial whose worker died goes stale and is marked FAIL on resume.
+- Running trials send heartbeats (Optuna's on RDB storages, grpo_lab's own on journal files); a trial
+  whose worker died goes stale and is marked FAIL (and re-run with `retry_failed`) by the next claim.
 """
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ def make_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_re
     callback = RetryFailedTrialCallback(max_retry=max_retry) if max_retry else None
     if url.startswith(JOURNAL_PREFIX):
         Path(url.removeprefix(JOURNAL_PREFIX)).parent.mkdir(parents=True, exist_ok=True)
-        return open_storage(url)  # journal files keep no heartbeats
+        journal = open_storage(url)  # Optuna keeps no heartbeats here: `beat` and `fail_stale` do
+        journal.grpo_lab_grace_period, journal.grpo_lab_max_retry = grace_period, max_retry
+        return journal
     sqlite = _sqlite_path(url)
     if sqlite is not None:
         sqlite.parent.mkdir(parents=True, exist_ok=True)
@@ -154,18 +157,81 @@ def claim_lock(url: str, storage: Any, study_name: str) -> Iterator[None]:
     yield  # other databases: no cross-worker lock; n_trials may be overshot by concurrent workers
 
 
+def claim_trials(study: Any, storage: Any, url: str, *, target: int, batch: int, distributions: dict) -> list[Any]:
+    """Ask up to `batch` new trials, never more than the study needs to reach `target` finished trials.
+
+    The count and the ask happen under one cross-worker lock and the count comes from ONE snapshot of
+    the study. (Counting finished and running trials with two reads let a trial that another worker
+    finished between them be counted in neither, and the study overshot `n_trials`: the bug of round 1.)
+    Only asks create trials and every ask happens here, so trials taken can only grow while the lock
+    is held; a trial finishing or failing meanwhile moves between states of the same count, or out of it.
+    Stale trials are failed under the same lock, so that two workers never both replace one.
+    """
+    from optuna.trial import TrialState
+
+    with claim_lock(url, storage, study.study_name):
+        fail_stale(study, storage)
+        states = [t.state for t in study.get_trials(deepcopy=False)]
+        taken = sum(s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING) for s in states)
+        trials = [study.ask(distributions) for _ in range(max(0, min(batch, target - taken)))]
+        for trial in trials:  # alive from the start: a worker killed before its first beat still goes stale
+            beat(storage, trial._trial_id)
+    return trials
+
+
+# Journal files keep no heartbeats in Optuna: grpo_lab keeps its own in a system attribute (wall clock).
+_HEARTBEAT_ATTR = "grpo_lab:heartbeat"
+
+
+def beat(storage: Any, trial_id: int) -> None:
+    """Record that a trial's worker is alive (RDB: Optuna's heartbeat table; journal: our system attr)."""
+    import optuna
+
+    if isinstance(storage, optuna.storages.RDBStorage):
+        if storage.heartbeat_interval is not None:
+            storage.record_heartbeat(trial_id)
+    else:
+        storage.set_trial_system_attr(trial_id, _HEARTBEAT_ATTR, time.time())
+
+
+def _stale_journal_trials(study: Any, grace_period: float) -> list[Any]:
+    from optuna.trial import TrialState
+
+    now = time.time()
+    return [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if _HEARTBEAT_ATTR in t.system_attrs and now - float(t.system_attrs[_HEARTBEAT_ATTR]) > grace_period
+    ]
+
+
 def fail_stale(study: Any, storage: Any) -> list[int]:
-    """Mark trials of dead workers (no heartbeat within the grace period) FAIL; returns their numbers."""
+    """Mark trials of dead workers (no heartbeat within the grace period) FAIL; returns their numbers.
+
+    RDB storages use Optuna's heartbeats (and its retry callback, set in make_storage); journal files
+    use grpo_lab's heartbeat attribute, with the grace period and retries make_storage gave them.
+    """
     import optuna
     from optuna.trial import TrialState
 
-    if not isinstance(storage, optuna.storages.RDBStorage):
-        return []  # journal files keep no heartbeats
-    before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-    optuna.storages.fail_stale_trials(study)
-    # Only those now FAIL: a trial that another worker finished meanwhile is not stale.
-    failed = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
-    stale = sorted(before & failed)
+    if isinstance(storage, optuna.storages.RDBStorage):
+        before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+        optuna.storages.fail_stale_trials(study)
+        # Only those now FAIL: a trial that another worker finished meanwhile is not stale.
+        failed = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
+        stale = sorted(before & failed)
+    else:
+        stale = []
+        grace = getattr(storage, "grpo_lab_grace_period", None)
+        retry = getattr(storage, "grpo_lab_max_retry", None)
+        for trial in _stale_journal_trials(study, grace) if grace else []:
+            try:
+                storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # finished or failed by another worker meanwhile
+            stale.append(trial.number)
+            if retry:
+                optuna.storages.RetryFailedTrialCallback(max_retry=retry)(study, storage.get_trial(trial._trial_id))
     for number in stale:
         log.warning("Trial %d was left running by a worker that stopped; marked FAIL.", number)
     return stale

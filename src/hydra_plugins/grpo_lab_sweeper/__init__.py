@@ -66,6 +66,10 @@ class GrpoOptunaSweeperConf:
     # Seconds between heartbeats of running trials; a trial silent for grace_period is stale.
     heartbeat_interval: int = 10
     grace_period: int = 30
+    # Trial models kept on disk: best (the best keep_top_k trials, or the Pareto front), all, or none
+    # (trials save no model). A fp32 SmolLM2-135M is ~517 MB a trial.
+    keep_models: str = "best"
+    keep_top_k: int = 1
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="grpo_optuna", node=GrpoOptunaSweeperConf, provider="grpo_lab")

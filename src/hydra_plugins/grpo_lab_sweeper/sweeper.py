@@ -37,32 +37,29 @@ class _Heartbeat:
     """Tells the storage that these trials are alive while their jobs run (stale ones are failed on resume)."""
 
     def __init__(self, storage: Any, trial_ids: list[int], interval: float) -> None:
-        from optuna.storages import RDBStorage
-
-        self._beat = isinstance(storage, RDBStorage)
         self._storage, self._ids, self._interval = storage, trial_ids, interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="grpo-lab-heartbeat", daemon=True)
 
     def _run(self) -> None:
+        from grpo_lab.sweep import storage as st
+
         while True:
             for trial_id in self._ids:
                 try:
-                    self._storage.record_heartbeat(trial_id)
+                    st.beat(self._storage, trial_id)
                 except Exception as e:  # one missed beat is harmless; a run of them makes the trial look stale
                     log.warning("Heartbeat of trial id %d failed: %s", trial_id, e)
             if self._stop.wait(self._interval):
                 return
 
     def __enter__(self) -> _Heartbeat:
-        if self._beat:
-            self._thread.start()
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        if self._beat:
-            self._thread.join(timeout=5)
+        self._thread.join(timeout=5)
 
 
 class GrpoOptunaSweeper(Sweeper):
@@ -88,12 +85,13 @@ class GrpoOptunaSweeper(Sweeper):
     # ------------------------------------------------------------------------------------------ sweep
     def sweep(self, arguments: list[str]) -> None:
         import optuna
-        from optuna.trial import TrialState
 
         from grpo_lab.config import check_metric_name
         from grpo_lab.paths import config_groups
+        from grpo_lab.sweep import retention
         from grpo_lab.sweep import storage as st
         from grpo_lab.sweep.report import trials_table, write_best
+        from grpo_lab.sweep.retention import check_policy
         from grpo_lab.sweep.samplers import build_pruner, build_sampler
         from grpo_lab.sweep.space import expand_wildcards, parse_space
 
@@ -136,20 +134,21 @@ class GrpoOptunaSweeper(Sweeper):
             worker,
             seed,
         )
-        finished_states = (TrialState.COMPLETE, TrialState.PRUNED)
+        check_policy(s.keep_models, s.keep_top_k)
+        distributions = {p.name: p.distribution for p in space.params}
         while True:
-            st.fail_stale(study, storage)
-            with st.claim_lock(url, storage, s.study_name):
-                done = len(study.get_trials(deepcopy=False, states=finished_states))
-                running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
-                batch = min(s.n_jobs, s.n_trials - done - running)
-                trials = [study.ask({p.name: p.distribution for p in space.params}) for _ in range(max(batch, 0))]
+            trials = st.claim_trials(
+                study, storage, url, target=s.n_trials, batch=s.n_jobs, distributions=distributions
+            )
             if not trials:
                 break
             self._run_batch(study, storage, url, trials, space, metrics, worker)
+            retention.apply(study, s.keep_models, s.keep_top_k)
             write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=url)
             self._check_failures(study)
-        st.fail_stale(study, storage)
+        with st.claim_lock(url, storage, s.study_name):
+            st.fail_stale(study, storage)
+        kept = retention.apply(study, s.keep_models, s.keep_top_k)
         print(f"\n== grpo_lab sweep `{s.study_name}` ({url}) ==", flush=True)
         print(trials_table(study, metrics), flush=True)
         best = write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=url)
@@ -160,6 +159,8 @@ class GrpoOptunaSweeper(Sweeper):
             print(f"\n{label}: {', '.join('#' + str(t.number) for t in best_trials(study))}  (details in {best})")
             for t in best_trials(study)[:5]:
                 print(f"  #{t.number}: {t.user_attrs.get('command', '')}")
+        if kept:
+            print(f"Kept models (keep_models={s.keep_models}): " + ", ".join(str(p) for p in kept), flush=True)
         print(f"Dashboard: optuna-dashboard {url}", flush=True)
 
     # ----------------------------------------------------------------------------------------- trials
@@ -184,6 +185,8 @@ class GrpoOptunaSweeper(Sweeper):
             extra.append(f"++logger.group={format_value(s.study_name)}")
         if "logger.name" not in arguments_keys:
             extra.append(f"++logger.name=trial_{trial.number}")
+        if s.keep_models == "none" and "output.save_model" not in arguments_keys:
+            extra.append("++output.save_model=false")
         return [*space.overrides_for(trial.params), *extra]
 
     def _run_batch(

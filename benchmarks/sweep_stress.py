@@ -1,0 +1,192 @@
+"""Stress the sweep's promise: n workers, exactly n_trials finished trials, nothing lost, nothing left running.
+
+Each repetition starts W workers of the same smoke sweep (`python -m grpo_lab -m sweep=lr_beta ...`) on one
+fresh study, with a CPU hog beside them; in every other repetition one random worker is `kill -9`ed at a
+random moment, and once the survivors end, the same command is run again to resume. Then it reads the study:
+
+  expected/got   n_trials vs COMPLETE+PRUNED trials at the end
+  duplicates     trial numbers seen twice, or two finished trials with identical parameters
+  overshoot      finished trials beyond n_trials
+  lost           trials whose run folder says `finished` but that the study does not hold as COMPLETE
+  running        trials still RUNNING after the resume
+
+    python benchmarks/sweep_stress.py                                  # all storages, 2 and 4 workers, 10 reps
+    python benchmarks/sweep_stress.py --storages sqlite --workers 2 --reps 3 --check   # CI: exit 1 on any error
+
+PostgreSQL needs GRPO_LAB_TEST_POSTGRES_URL (an admin URL; each repetition creates its own database).
+Writes benchmarks/results/sweep_stress.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["experiment=smoke", "max_steps=2", "eval.before=false", "output.save_model=false"]
+ERROR_COLUMNS = ("duplicates", "overshoot", "lost", "running", "short")
+
+
+def _env(cache: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "GRPO_LAB_"))}
+    env |= {"GRPO_LAB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return env
+
+
+def _storage(kind: str, work: Path, rep: int) -> tuple[str, str]:
+    """(storage URL for the sweep, URL or journal path to read it back)."""
+    if kind == "sqlite":
+        url = f"sqlite:///{work / 'optuna.db'}"
+        return url, url
+    if kind == "journal":
+        return f"journal:{work / 'optuna.log'}", str(work / "optuna.log")
+    import sqlalchemy
+
+    admin_url = os.environ["GRPO_LAB_TEST_POSTGRES_URL"]
+    name = f"grpo_lab_stress_{os.getpid()}_{rep}_{int(time.time())}"
+    admin = sqlalchemy.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    url = admin_url.rsplit("/", 1)[0] + f"/{name}"
+    return url, url
+
+
+def _load(kind: str, where: str):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    if kind == "journal":
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        return optuna.load_study(study_name="lr_beta", storage=JournalStorage(JournalFileBackend(where)))
+    return optuna.load_study(study_name="lr_beta", storage=where)
+
+
+def one_sweep(kind: str, workers: int, n_trials: int, kill: bool, rep: int, cache: Path) -> dict:
+    from optuna.trial import TrialState
+
+    work = Path(tempfile.mkdtemp(prefix=f"stress_{kind}_{workers}_"))
+    url, where = _storage(kind, work, rep)
+    args = [sys.executable, "-m", "grpo_lab", "-m", "sweep=lr_beta", *FAST, f"hydra.sweeper.n_trials={n_trials}"]
+    args += [f"hydra.sweeper.storage='{url}'", "hydra.sweeper.pruner.name=none", "hydra.sweeper.heartbeat_interval=1"]
+    args += ["hydra.sweeper.grace_period=4"]
+    started = time.monotonic()
+    logs = [(work / f"worker{i}.log").open("w") for i in range(workers)]
+    procs = [
+        subprocess.Popen(args, cwd=work, env=_env(cache), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        for log in logs
+    ]
+    killed = None
+    if kill:
+        time.sleep(random.uniform(5, 25))  # imports take ~6 s: some kills land in start-up, most mid-trial
+        killed = random.randrange(workers)
+        if procs[killed].poll() is None:
+            os.killpg(procs[killed].pid, signal.SIGKILL)
+    codes = [p.wait(timeout=1200) for p in procs]
+    resumed = None
+    if kill:
+        time.sleep(5)  # past the grace period: the killed worker's trial is stale
+        with (work / "resume.log").open("w") as log:
+            resumed = subprocess.run(args, cwd=work, env=_env(cache), stdout=log, stderr=subprocess.STDOUT).returncode
+    wall = time.monotonic() - started
+    trials = _load(kind, where).trials
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    numbers = [t.number for t in trials]
+    params = [tuple(sorted(t.params.items())) for t in finished]
+    lost = 0  # the job finished (its run folder says so) but the study does not hold the trial as COMPLETE
+    for t in trials:
+        metrics = Path(t.user_attrs.get("run_dir", "/nonexistent")) / "metrics.json"
+        done = metrics.exists() and json.loads(metrics.read_text()).get("status") == "finished"
+        lost += done and t.state != TrialState.COMPLETE
+    ok_codes = all(c == 0 for i, c in enumerate(codes) if i != killed) and resumed in (None, 0)
+    return {
+        "storage": kind,
+        "workers": workers,
+        "kill": kill,
+        "expected": n_trials,
+        "got": len(finished),
+        "duplicates": (len(numbers) - len(set(numbers))) + (len(params) - len(set(params))),
+        "overshoot": max(0, len(finished) - n_trials),
+        "short": max(0, n_trials - len(finished)),
+        "lost": lost,
+        "running": sum(t.state == TrialState.RUNNING for t in trials),
+        "failed": sum(t.state == TrialState.FAIL for t in trials),
+        "exit_codes_ok": ok_codes,
+        "wall_s": round(wall, 1),
+        "folder": str(work),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--storages", default="sqlite,journal,postgresql")
+    parser.add_argument("--workers", default="2,4")
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--no-hog", action="store_true", help="do not run a CPU hog beside the workers")
+    parser.add_argument("--check", action="store_true", help="exit 1 when any error column is non-zero")
+    parser.add_argument("--seed", type=int, default=0)
+    opts = parser.parse_args()
+    random.seed(opts.seed)
+    storages = [s for s in opts.storages.split(",") if s]
+    if "postgresql" in storages and not os.environ.get("GRPO_LAB_TEST_POSTGRES_URL"):
+        print("postgresql skipped: set GRPO_LAB_TEST_POSTGRES_URL", file=sys.stderr)
+        storages.remove("postgresql")
+    cache = Path(tempfile.mkdtemp(prefix="stress_cache_"))
+    hog = None if opts.no_hog else subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    rows = []
+    try:
+        for kind in storages:
+            for workers in (int(w) for w in opts.workers.split(",")):
+                for rep in range(opts.reps):
+                    row = one_sweep(kind, workers, 2 * workers, kill=rep % 2 == 1, rep=rep, cache=cache)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    finally:
+        if hog is not None:
+            hog.kill()
+    table = _table(rows)
+    print(table)
+    out = REPO / "benchmarks" / "results" / "sweep_stress.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()}
+    meta["git"] = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    out.write_text(json.dumps({"meta": meta, "rows": rows, "table": table}, indent=2) + "\n")
+    bad = any(r[c] for r in rows for c in ERROR_COLUMNS) or not all(r["exit_codes_ok"] for r in rows)
+    return 1 if opts.check and bad else 0
+
+
+def _table(rows: list[dict]) -> str:
+    header = (
+        "| storage | workers | reps (killed) | trials expected/got | duplicates | overshoot | lost | running left "
+        "| short | wall s (median) |"
+    )
+    lines = [header, "|" + "---|" * 10]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["storage"], r["workers"]), []).append(r)
+    for (kind, workers), rs in groups.items():
+        walls = sorted(r["wall_s"] for r in rs)
+        lines.append(
+            f"| {kind} | {workers} | {len(rs)} ({sum(r['kill'] for r in rs)}) | "
+            f"{sum(r['expected'] for r in rs)}/{sum(r['got'] for r in rs)} | "
+            + " | ".join(str(sum(r[c] for r in rs)) for c in ("duplicates", "overshoot", "lost", "running", "short"))
+            + f" | {walls[len(walls) // 2]} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Which trial models a sweep keeps on disk (`hydra.sweeper.keep_models`, `hydra.sweeper.keep_top_k`).
+
+A saved fp32 SmolLM2-135M is ~517 MB, so a 20-trial sweep that keeps every model costs ~10 GB. By default
+only the best trial's model stays: after every finished trial, each worker deletes the `model/` folder
+of every trial that is not (or no longer) among the best `k` (or, with several objectives, not on the
+Pareto front). Pruned and failed trials never keep theirs.
+
+- `all`:  every trial keeps its model (what a single run does).
+- `best`: the best `keep_top_k` trials keep theirs (default 1).
+- `none`: trials do not save a model at all (`output.save_model=false` is passed to each job).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from grpo_lab.errors import ConfigError
+
+log = logging.getLogger("grpo_lab")
+
+POLICIES = ("all", "best", "none")
+MODEL_DIR = "model"  # where train.run saves the final model (or LoRA adapter) inside a run folder
+
+
+def check_policy(policy: str, top_k: int) -> None:
+    if policy not in POLICIES:
+        raise ConfigError(f"`hydra.sweeper.keep_models={policy}` must be one of {', '.join(POLICIES)}.")
+    if top_k < 1:
+        raise ConfigError(f"`hydra.sweeper.keep_top_k={top_k}` must be >= 1.")
+
+
+def ranked_complete(study: Any) -> list[Any]:
+    """COMPLETE trials, best first (single objective); the Pareto front first, then the rest (several)."""
+    from optuna.study import StudyDirection
+    from optuna.trial import TrialState
+
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(study.directions) > 1:
+        front = {t.number for t in study.best_trials}
+        return sorted(complete, key=lambda t: (t.number not in front, t.number))
+    sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
+    return sorted(complete, key=lambda t: (sign * t.value, t.number))
+
+
+def kept_trials(study: Any, policy: str, top_k: int) -> list[Any]:
+    """The trials whose models stay, best first."""
+    ranked = ranked_complete(study)
+    if policy == "all":
+        return ranked
+    if policy == "none":
+        return []
+    if len(study.directions) > 1:
+        front = {t.number for t in study.best_trials}
+        return [t for t in ranked if t.number in front][: max(top_k, len(front))]
+    return ranked[:top_k]
+
+
+def model_path(trial: Any) -> Path | None:
+    run_dir = trial.user_attrs.get("run_dir")
+    return Path(run_dir) / MODEL_DIR if run_dir else None
+
+
+def apply(study: Any, policy: str, top_k: int) -> list[Path]:
+    """Delete the models of trials that are not kept; returns the kept models that exist, best first."""
+    if policy == "all":
+        return [p for t in ranked_complete(study) if (p := model_path(t)) is not None and p.is_dir()]
+    keep = {t.number for t in kept_trials(study, policy, top_k)}
+    for trial in study.get_trials(deepcopy=False):
+        path = model_path(trial)
+        if trial.number in keep or path is None or not path.is_dir() or not trial.state.is_finished():
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        log.info("Trial %d: model deleted (keep_models=%s, keep_top_k=%d): %s", trial.number, policy, top_k, path)
+    return [p for t in kept_trials(study, policy, top_k) if (p := model_path(t)) is not None and p.is_dir()]
