@@ -46,16 +46,13 @@ def ranked_complete(study: Any) -> list[Any]:
 
 
 def kept_trials(study: Any, policy: str, top_k: int) -> list[Any]:
-    """The trials whose models stay, best first."""
-    ranked = ranked_complete(study)
-    if policy == "all":
-        return ranked
+    """The trials whose models stay, best first (with several objectives: the Pareto front)."""
     if policy == "none":
         return []
-    if len(study.directions) > 1:
-        front = {t.number for t in study.best_trials}
-        return [t for t in ranked if t.number in front][: max(top_k, len(front))]
-    return ranked[:top_k]
+    if policy == "best" and len(study.directions) > 1:
+        return sorted(study.best_trials, key=lambda t: t.number)
+    ranked = ranked_complete(study)
+    return ranked if policy == "all" else ranked[:top_k]
 
 
 def model_path(trial: Any) -> Path | None:
@@ -65,13 +62,13 @@ def model_path(trial: Any) -> Path | None:
 
 def apply(study: Any, policy: str, top_k: int) -> list[Path]:
     """Delete the models of trials that are not kept; returns the kept models that exist, best first."""
-    if policy == "all":
-        return [p for t in ranked_complete(study) if (p := model_path(t)) is not None and p.is_dir()]
-    keep = {t.number for t in kept_trials(study, policy, top_k)}
-    for trial in study.get_trials(deepcopy=False):
-        path = model_path(trial)
-        if trial.number in keep or path is None or not path.is_dir() or not trial.state.is_finished():
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        log.info("Trial %d: model deleted (keep_models=%s, keep_top_k=%d): %s", trial.number, policy, top_k, path)
-    return [p for t in kept_trials(study, policy, top_k) if (p := model_path(t)) is not None and p.is_dir()]
+    kept = kept_trials(study, policy, top_k)
+    if policy != "all":
+        keep = {t.number for t in kept}
+        for trial in study.get_trials(deepcopy=False):
+            path = model_path(trial)
+            if trial.number in keep or path is None or not path.is_dir() or not trial.state.is_finished():
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            log.info("Trial %d: model deleted (keep_models=%s, keep_top_k=%d): %s", trial.number, policy, top_k, path)
+    return [p for t in kept if (p := model_path(t)) is not None and p.is_dir()]
