@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 
 import pytest
 
 from grpo_lab import config
-from grpo_lab.tracking import choose_mode, redact
+from grpo_lab.redact import redact
+from grpo_lab.tracking import choose_mode
+from grpo_lab.wandb_files import find_runs
 
-from conftest import compose
+from conftest import FAST, compose, run_cli
 
 
 @pytest.fixture
@@ -37,3 +41,29 @@ def test_explicit_modes_win(logger_cfg, monkeypatch):
 def test_storage_passwords_never_reach_wandb():
     cfg = {"trial": {"storage": "postgresql+psycopg2://me:s3cret@db.example:5432/optuna"}, "lr": 1e-5}
     assert redact(cfg) == {"trial": {"storage": "postgresql+psycopg2://me:***@db.example:5432/optuna"}, "lr": 1e-5}
+
+
+def test_online_with_an_unreachable_host_falls_back_to_offline(tmp_path, model_cache):
+    """Logged in, W&B host down (a closed port on loopback): the run is recorded offline, trains to the end and
+    says how to upload it, within ~30 s of waiting (W&B's init timeout plus its own 10 s grace)."""
+    proc = run_cli(
+        FAST,
+        tmp_path,
+        model_cache,
+        WANDB_MODE="online",
+        WANDB_BASE_URL="http://127.0.0.1:9",  # nothing listens there: connection refused
+        WANDB_API_KEY="f" * 40,  # a well-formed, fake key: "logged in"
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    waited = re.search(r"W&B could not reach http://127\.0\.0\.1:9 within (\d+) s", proc.stderr)
+    assert waited, proc.stderr[-4000:]
+    assert int(waited[1]) <= 35
+    assert "Traceback" not in proc.stderr
+    (run_path,) = find_runs(tmp_path / "outputs")  # the failed online attempt leaves no second run folder
+    assert run_path.name.startswith("offline-run-")
+    assert f"wandb sync {run_path}" in proc.stdout
+    (metrics_file,) = (tmp_path / "outputs").rglob("metrics.json")
+    metrics = json.loads(metrics_file.read_text())
+    assert metrics["status"] == "finished" and metrics["wandb"]["mode"] == "offline"
+    assert metrics["wandb"]["run_id"] in run_path.name
+    assert metrics["metrics"]["train/steps"] == 2

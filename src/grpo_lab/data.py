@@ -207,18 +207,24 @@ def _resolve(path: str, key: str) -> Path:
 def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, object)`` for each non-blank line; malformed lines name their number."""
     found = False
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{lineno}: malformed JSON line ({e.msg} at column {e.colno}).") from e
-            if not isinstance(obj, dict):
-                raise DataError(f"{path}:{lineno}: each line must be a JSON object, got {type(obj).__name__}.")
-            found = True
-            yield lineno, obj
+    lineno = 0
+    try:
+        with path.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path}:{lineno}: malformed JSON line ({e.msg} at column {e.colno}).") from e
+                if not isinstance(obj, dict):
+                    raise DataError(f"{path}:{lineno}: each line must be a JSON object, got {type(obj).__name__}.")
+                found = True
+                yield lineno, obj
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}:{lineno + 1}: not UTF-8 text ({e.reason} at byte {e.start}).") from e
+    except OSError as e:  # gone, unreadable or on a failing disk since it was checked
+        raise DataError(f"Cannot read {path}: {e.strerror or e}.") from e
     if not found:
         raise DataError(f"{path} is empty: it has no JSON lines.")
 

@@ -24,3 +24,74 @@ class ModelError(GrpoLabError):
 
 class RewardError(GrpoLabError):
     """A reward function could not be resolved or called."""
+
+
+# ------------------------------------------------------------------------------- one line per error
+# Words in the message of a failed write that mean "the disk is full", from libraries that do not raise
+# OSError for it (safetensors: "IoError(... StorageFull ...)", torch.save: "file write failed").
+_DISK_FULL = ("no space left on device", "storagefull", "disk quota exceeded", "file write failed")
+
+
+def one_line(error: BaseException, limit: int = 500) -> str:
+    """`error`'s message on one line, secrets masked, SQLAlchemy's "(Background on this error at: ...)" and
+    driver prefixes such as "(psycopg2.OperationalError)" dropped.
+
+    >>> one_line(ValueError("(psycopg2.OperationalError) connection refused\\n\\tIs the server running?\\n\\n"
+    ...                     "(Background on this error at: https://sqlalche.me/e/21/e3q8)"))
+    'connection refused Is the server running?'
+    """
+    import re
+
+    from grpo_lab.redact import redact
+
+    text = re.sub(r"\(Background on this error at: [^)]*\)", "", str(error))
+    text = re.sub(r"^\([\w.]+\)\s*", "", text.strip())
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return redact(text)
+
+
+def _tidy(text: str) -> str:
+    """Secrets masked, SQLAlchemy's "(Background on this error at: ...)" dropped, a driver's continuation lines
+    ("\n\tIs the server running...?") joined to their line; lines added on purpose are kept."""
+    import re
+
+    from grpo_lab.redact import redact
+
+    text = re.sub(r"\s*\(Background on this error at: [^)]*\)", "", text)
+    text = re.sub(r"\n\t+", " ", text.strip())
+    return redact(re.sub(r"\n\s*\n", "\n", text))
+
+
+def _os_error(error: OSError) -> str:
+    import errno
+
+    where = f" {error.filename!r}" if error.filename else ""
+    reason = error.strerror or one_line(error)
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"No space left on the device while writing{where}: free some space or write elsewhere."
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"{reason}:{where or ' (no path given)'}: choose a folder you can write (e.g. hydra.run.dir=DIR)."
+    return f"{reason}:{where}" if where else one_line(error)
+
+
+def describe(error: BaseException) -> str | None:
+    """One clear line for a user or environment error; None for anything else (a bug keeps its traceback).
+
+    User errors are :class:`GrpoLabError`; environment errors are an ``OSError`` (a folder that cannot be
+    written, a full disk, a file that vanished), also when a library wrapped it in its own exception.
+    """
+    if isinstance(error, GrpoLabError):  # our own messages: kept as written (a few add lines on purpose)
+        return _tidy(str(error))
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError):
+            return _os_error(current)
+        current = current.__cause__ or current.__context__
+    text = str(error).lower()
+    if any(word in text for word in _DISK_FULL):
+        return f"No space left on the device while writing ({type(error).__name__}: {one_line(error, 300)})."
+    return None

@@ -8,16 +8,22 @@ reported and training goes on without it: losing the tracker must never lose the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import netrc
 import os
-import re
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from grpo_lab.config import LoggerConfig
+from grpo_lab.redact import redact
 
 log = logging.getLogger("grpo_lab")
 
@@ -47,20 +53,6 @@ def choose_mode(cfg: LoggerConfig) -> str:
     return "online" if wandb_logged_in() else "offline"
 
 
-_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]+):[^@\s]+@")
-
-
-def redact(value: Any) -> Any:
-    """Hide passwords in URLs (an Optuna storage such as postgresql+psycopg2://user:secret@host/db)."""
-    if isinstance(value, str):
-        return _PASSWORD_IN_URL.sub(r"\1:***@", value)
-    if isinstance(value, dict):
-        return {k: redact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
-
-
 @dataclass
 class TrackerInfo:
     mode: str  # online | offline | disabled | failed
@@ -82,33 +74,32 @@ class Tracker:
         self.mode = choose_mode(cfg)
         self.info = TrackerInfo(mode=self.mode)
         self._run: Any = None
+        self.fell_back = False  # online was asked for, the host was unreachable: recorded offline
 
     @property
     def report_to(self) -> list[str]:
         """TRL's `report_to`: W&B only while our run is open."""
         return ["wandb"] if self.mode in ("online", "offline") else []
 
-    def start(self, config: dict[str, Any]) -> TrackerInfo:
+    def start(self, config: dict[str, Any], *, resume_id: str | None = None) -> TrackerInfo:
+        """Open the W&B run; `resume_id`: continue that run (a resumed job, `resume=<run folder>`)."""
         if self.mode == "disabled":
             return self.info
         try:
             import wandb
 
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            self._run = wandb.init(
-                project=self.cfg.project,
-                entity=self.cfg.entity,
-                group=self.group,
-                name=self.name,
-                job_type=self.cfg.job_type,
-                tags=self.tags,
-                config=redact(config),
-                dir=str(self.run_dir),
-                mode=self.mode,
-                reinit="finish_previous",
-            )
+            run_id = resume_id or uuid.uuid4().hex[:8]  # ours, so that an offline retry keeps it
+            started = time.monotonic()
+            earlier = set((self.run_dir / "wandb").glob(f"run-*-{run_id}"))  # a resumed run's online folders
+            try:
+                self._run = self._init(wandb, config, mode=self.mode, run_id=run_id, resume=resume_id is not None)
+            except Exception as e:
+                if self.mode != "online" or not _unreachable(e):
+                    raise
+                self._run = self._fall_back_offline(wandb, config, run_id, resume_id is not None, e, started, earlier)
         except Exception as e:  # any W&B failure: keep training, say so once
-            log.warning("W&B could not start (%s: %s); training goes on without it.", type(e).__name__, e)
+            log.warning("W&B could not start (%s: %s); training goes on without it.", type(e).__name__, _first_line(e))
             self.mode = "failed"
             self.info = TrackerInfo(mode="failed")
             return self.info
@@ -120,13 +111,66 @@ class Tracker:
             run_path=str(run_path),
             sync_command=f"wandb sync {run_path}" if self.mode == "offline" else None,
         )
-        if self.mode == "offline":
+        if self.fell_back:
+            log.warning(
+                "W&B is offline: the run is kept in %s; upload it once the network is back with `wandb sync %s`",
+                run_path,
+                run_path,
+            )
+        elif self.mode == "offline":
             log.info(
                 "W&B is offline (not logged in): the run is kept in %s; upload it with `wandb sync %s`",
                 run_path,
                 run_path,
             )
         return self.info
+
+    def _init(self, wandb: Any, config: dict[str, Any], *, mode: str, run_id: str, resume: bool) -> Any:
+        settings: dict[str, Any] = {}
+        if mode == "online" and not os.environ.get("WANDB_INIT_TIMEOUT"):
+            settings["init_timeout"] = INIT_TIMEOUT_S
+        with _redacted_argv():  # W&B records the command line in the run's metadata
+            return wandb.init(
+                project=self.cfg.project,
+                entity=self.cfg.entity,
+                group=redact(self.group),
+                name=redact(self.name),
+                job_type=self.cfg.job_type,
+                tags=redact(list(self.tags)),
+                config=redact(config),
+                dir=str(self.run_dir),
+                mode=mode,
+                reinit="finish_previous",
+                id=run_id,
+                resume="allow" if resume else None,
+                settings=wandb.Settings(**settings),
+            )
+
+    def _fall_back_offline(
+        self,
+        wandb: Any,
+        config: dict[str, Any],
+        run_id: str,
+        resume: bool,
+        error: Exception,
+        started: float,
+        earlier: set[Path],
+    ) -> Any:
+        """Online, but the W&B host cannot be reached: record the same run (same id) offline, to sync later."""
+        log.warning(
+            "W&B could not reach %s within %.0f s (%s: %s); the run goes on offline.",
+            os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"),
+            time.monotonic() - started,
+            type(error).__name__,
+            _first_line(error),
+        )
+        wandb.teardown()  # the failed attempt still holds the run id in W&B's service process
+        for attempt in set((self.run_dir / "wandb").glob(f"run-*-{run_id}")) - earlier:
+            shutil.rmtree(attempt, ignore_errors=True)  # the failed attempt's folder: no data, only its logs
+        run = self._init(wandb, config, mode="offline", run_id=run_id, resume=resume)
+        self.mode = "offline"
+        self.fell_back = True
+        return run
 
     def log(self, metrics: dict[str, Any]) -> None:
         """Log outside the trainer's steps (e.g. the evaluation before training)."""
@@ -135,19 +179,20 @@ class Tracker:
 
     def summarize(self, values: dict[str, Any]) -> None:
         if self._run is not None:
-            self._guard(lambda: self._run.summary.update(values))
+            self._guard(lambda: self._run.summary.update(redact(values)))
 
     def add_tags(self, *tags: str) -> None:
         if self._run is not None:
             self._guard(lambda: setattr(self._run, "tags", (*self._run.tags, *tags)))
 
-    def finish(self, *, failed: bool) -> None:
-        """Close the run, marked failed when the job raised. Safe to call twice."""
+    def finish(self, *, failed: bool, exit_code: int | None = None) -> None:
+        """Close the run, marked failed when the job raised (`exit_code`, e.g. 130 after Ctrl-C, else 1).
+        Safe to call twice."""
         if self._run is None:
             return
         run, self._run = self._run, None
         try:
-            run.finish(exit_code=1 if failed else 0)
+            run.finish(exit_code=exit_code if exit_code is not None else (1 if failed else 0))
         except Exception as e:
             log.warning("W&B could not finish cleanly (%s); the local files are kept in %s", e, self.info.run_path)
 
@@ -155,4 +200,36 @@ class Tracker:
         try:
             action()
         except Exception as e:
-            log.warning("W&B call failed (%s: %s); continuing.", type(e).__name__, e)
+            log.warning("W&B call failed (%s: %s); continuing.", type(e).__name__, _first_line(e))
+
+
+# Seconds `wandb.init` waits for an online W&B host before the run is recorded offline instead (W&B adds
+# 10 s of grace of its own: an unreachable host costs ~26 s in all). `WANDB_INIT_TIMEOUT` overrides it.
+INIT_TIMEOUT_S = 15.0
+
+
+def _unreachable(error: Exception) -> bool:
+    """A network failure (host down, refused, timed out), as opposed to a refused login or a bad setting."""
+    from wandb.errors import CommError
+
+    text = str(error).lower()
+    return isinstance(error, CommError | TimeoutError | ConnectionError) or any(
+        word in text for word in ("timed out", "connection refused", "no such host", "network is unreachable")
+    )
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return redact(text.splitlines()[0] if text else "")
+
+
+@contextlib.contextmanager
+def _redacted_argv() -> Iterator[None]:
+    """sys.argv with its secrets masked while W&B reads it into the run's metadata (a sweep's storage URL
+    may carry a password)."""
+    original = sys.argv
+    sys.argv = redact(list(original))
+    try:
+        yield
+    finally:
+        sys.argv = original

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from grpo_lab.compare import export, leaderboard, plots
 from grpo_lab.compare.sources import Source, SourceError, from_folder, from_study, from_wandb
+from grpo_lab.redact import redact
 
 _STORAGE_PREFIXES = ("sqlite:", "postgresql", "mysql", "journal:")
 
@@ -36,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
 def load_source(args: argparse.Namespace) -> Source:
     if args.source.startswith(_STORAGE_PREFIXES):
         if not args.study:
-            raise SourceError(f"{args.source} is an Optuna storage: name the study with --study NAME.")
+            raise SourceError(f"{redact(args.source)} is an Optuna storage: name the study with --study NAME.")
         return from_study(args.source, args.study)
     path = Path(args.source)
     if args.group or (not path.exists() and args.source.count("/") == 1 and not args.source.startswith(".")):
@@ -58,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         source = load_source(args)
         board = leaderboard.build(source)
         source.out_dir.mkdir(parents=True, exist_ok=True)
-        print(f"\n== {source.label}: {len(board.rows)} runs, by {source.metrics[0]} ({source.directions[0]}) ==")
+        by = f"by {source.metrics[0]} ({source.directions[0]})"
+        print(redact(f"\n== {source.label}: {len(board.rows)} runs, {by} =="))
         print(leaderboard.as_text(board))
         written = [
             leaderboard.write_csv(board, source.out_dir / "leaderboard.csv"),
@@ -73,21 +75,21 @@ def main(argv: list[str] | None = None) -> int:
 
                 study = optuna.load_study(study_name=source.study_name, storage=open_storage(source.storage))
                 written += plots.study_plots(study, source.out_dir)
-        print("\nWritten: " + ", ".join(str(p) for p in written))
+        print(redact("\nWritten: " + ", ".join(str(p) for p in written)))
         flagged = [row for row in board.rows if row["health"]]
         for row in flagged:
-            print(f"Health: {row['run']}: {row['health']}")
-        if source.kind == "study":
-            print(f"Dashboard: optuna-dashboard {source.storage}")
+            print(redact(f"Health: {row['run']}: {row['health']}"))
+        if source.kind == "study":  # the password masked: the user knows it
+            print(f"Dashboard: optuna-dashboard {redact(source.storage)}")
         offline = _offline_sync(source)
         if offline:
-            print(f"Upload the offline W&B runs: wandb sync {' '.join(offline)}")
+            print(redact(f"Upload the offline W&B runs: wandb sync {' '.join(offline)}"))
         if args.export:
             winner = export.pick(board, args.trial)
             preset = export.write_preset(board, winner, args.export, force=args.force)
-            print(f"\nExported {preset}: re-run the winner with  python -m grpo_lab experiment={args.export}")
+            print(redact(f"\nExported {preset}: re-run the winner with  python -m grpo_lab experiment={args.export}"))
     except SourceError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {redact(str(e))}", file=sys.stderr)
         return 2
     return 0
 

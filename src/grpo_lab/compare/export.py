@@ -10,6 +10,7 @@ from typing import Any
 from grpo_lab.compare.leaderboard import Board
 from grpo_lab.compare.sources import RunRecord, SourceError
 from grpo_lab.paths import CONF_DIR, config_groups
+from grpo_lab.redact import MASK, redact
 
 
 def pick(board: Board, trial: int | None) -> RunRecord:
@@ -80,6 +81,8 @@ def write_preset(board: Board, run: RunRecord, name: str, *, force: bool = False
     body = OmegaConf.create({"name": name})
     for key, value in values:
         OmegaConf.update(body, key, value, force_add=True)
+    # A preset is shared and committed: secrets stay out of it (set them again, e.g. `${oc.env:MY_KEY}`).
+    text = redact(OmegaConf.to_yaml(body))
     metric, direction = board.source.metrics[0], board.source.directions[0]
     what = f"trial {run.trial}" if run.trial is not None else f"run `{run.name}`"
     objective = ", ".join(
@@ -92,11 +95,12 @@ def write_preset(board: Board, run: RunRecord, name: str, *, force: bool = False
         f"# Exported by `python -m grpo_lab.compare --export {name}` on {dt.date.today().isoformat()}:",
         f"# the best {what} of {board.source.label},",
         f"# {objective} ({direction} {metric}). Re-run it: python -m grpo_lab experiment={name}",
+        *([f"# Secrets are masked ({MASK}): set them again, e.g. `key: ${{oc.env:MY_KEY}}`."] if MASK in text else []),
         "defaults:",
         f"  - {base}",
         *(f"  - override /{group}: {choice}" for group, choice in choices),
         "  - _self_",
         "",
     ]
-    path.write_text("\n".join(header) + OmegaConf.to_yaml(body), encoding="utf-8")
+    path.write_text(redact("\n".join(header)) + text, encoding="utf-8")
     return path

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_lab.compare.sources import RunRecord, Source
+from grpo_lab.redact import redact
 
 # (column, metrics key in metrics.json / W&B summary, history key)
 TRAIN_COLUMNS = (
@@ -154,7 +155,7 @@ def _cell(value: Any) -> str:
         return "-"
     if isinstance(value, float):
         return "nan" if math.isnan(value) else f"{value:.4g}"
-    return str(value)
+    return redact(str(value))
 
 
 def as_text(board: Board, *, wandb_column: bool = False) -> str:
@@ -174,14 +175,14 @@ def write_csv(board: Board, path: Path) -> Path:
         writer = csv.writer(f)
         writer.writerow(board.columns)
         for row in board.rows:
-            writer.writerow(["" if row.get(c) is None else row.get(c) for c in board.columns])
+            writer.writerow(redact(["" if row.get(c) is None else row.get(c) for c in board.columns]))
     return path
 
 
 def write_markdown(board: Board, path: Path) -> Path:
     columns = board.columns
     lines = [
-        f"# Leaderboard: {board.source.label}",
+        f"# Leaderboard: {redact(board.source.label)}",
         "",
         f"Sorted by {board.source.metrics[0]} ({board.source.directions[0]}).",
         "",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_lab.errors import GrpoLabError
+from grpo_lab.redact import MASK, redact, reveal, without_password
 from grpo_lab.sweep.report import is_machinery
 
 
@@ -149,21 +150,37 @@ def from_folder(path: Path) -> Source:
     return Source(kind="folder", label=str(path), runs=runs, out_dir=path, metrics=[metric], directions=[direction])
 
 
+def _real_url(storage: str) -> str:
+    """A storage URL whose password was masked in a file (best.yaml): the real one when this process knows
+    it, else the URL without a password (PostgreSQL then reads PGPASSWORD or ~/.pgpass)."""
+    url = reveal(storage)
+    return without_password(url) if MASK in url else url
+
+
 def from_study(storage: str, study_name: str, out_dir: Path | None = None) -> Source:
     import optuna
 
+    from grpo_lab.errors import one_line
     from grpo_lab.sweep.storage import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    masked = MASK in reveal(storage)  # a password that only the user knows now
+    shown, storage = redact(storage), _real_url(storage)
     try:
         study = optuna.load_study(study_name=study_name, storage=open_storage(storage))
     except KeyError as e:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage=open_storage(storage))]
-        raise SourceError(f"No study {study_name!r} in {storage}; studies there: {', '.join(names) or 'none'}.") from e
+        raise SourceError(f"No study {study_name!r} in {shown}; studies there: {', '.join(names) or 'none'}.") from e
     except Exception as e:
-        raise SourceError(f"Cannot open the Optuna storage {storage!r}: {e}") from e
+        hint = (
+            " The password is not kept in the sweep's files: pass the storage URL with it "
+            f"(python -m grpo_lab.compare 'URL' --study {study_name}) or set PGPASSWORD."
+            if masked
+            else ""
+        )
+        raise SourceError(f"Cannot open the Optuna storage {shown!r}: {one_line(e)}.{hint}") from e
     if not study.trials:
-        raise SourceError(f"Study {study_name!r} in {storage} has no trials yet.")
+        raise SourceError(f"Study {study_name!r} in {shown} has no trials yet.")
     metrics = list(study.metric_names or [])
     runs = []
     for t in study.trials:
@@ -190,7 +207,7 @@ def from_study(storage: str, study_name: str, out_dir: Path | None = None) -> So
         out_dir = dirs[0].parent if dirs else Path("outputs") / "compare" / study_name
     return Source(
         kind="study",
-        label=f"study {study_name} ({storage})",
+        label=f"study {study_name} ({shown})",
         runs=runs,
         out_dir=out_dir,
         metrics=metrics,

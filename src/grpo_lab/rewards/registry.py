@@ -57,7 +57,10 @@ class NamedReward:
             raise RewardError(
                 f"Reward `{self.__name__}`: config kwargs {clash} clash with the arguments TRL passes; rename them."
             )
-        scores = self.func(completions=completions, **self.kwargs, **kwargs)
+        try:
+            scores = self.func(completions=completions, **self.kwargs, **kwargs)
+        except Exception as exc:  # a reward that raises fails the run, naming itself and the completion
+            raise self._error(exc, completions, kwargs) from exc
         if not isinstance(scores, list | tuple) or len(scores) != len(completions):
             got = f"{len(scores)} scores" if isinstance(scores, list | tuple) else repr(type(scores).__name__)
             raise RewardError(
@@ -68,6 +71,36 @@ class NamedReward:
 
     def __repr__(self) -> str:
         return f"NamedReward({self.__name__!r}, {_describe(self.func)}, {self.kwargs!r})"
+
+    def _error(self, exc: Exception, completions: Sequence[Any], kwargs: Mapping[str, Any]) -> RewardError:
+        """A RewardError naming this reward, the exception and the first completion that raises it alone.
+
+        The batch is replayed one completion at a time (with the matching item of every per-completion
+        argument, such as a dataset column) to find which completion is to blame.
+        """
+        what = f"reward `{self.__name__}` raised {type(exc).__name__}: {_one_line(exc)}"
+        n = len(completions)
+        for i in range(n):
+            single = {k: [v[i]] if isinstance(v, list | tuple) and len(v) == n else v for k, v in kwargs.items()}
+            try:
+                self.func(completions=[completions[i]], **self.kwargs, **single)
+            except Exception:
+                return RewardError(f"{what} on completion #{i}: {_completion_text(completions[i])!r}")
+        return RewardError(f"{what} on a batch of {n} completions (no single one raises it alone)")
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _completion_text(completion: Any, limit: int = 200) -> str:
+    """The first `limit` characters of a completion: text, or a conversation's message contents."""
+    if isinstance(completion, list):
+        text = "\n".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in completion)
+    else:
+        text = str(completion)
+    return text[:limit] + ("..." if len(text) > limit else "")
 
 
 def _describe(func: Callable[..., Any]) -> str:

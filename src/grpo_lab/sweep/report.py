@@ -116,7 +116,9 @@ def write_best(study: Any, path: Path, *, metrics: list[str], storage: str) -> P
         data["pareto_front"] = entries
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(data)), encoding="utf-8")
+    from grpo_lab.redact import redact
+
+    tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(redact(data))), encoding="utf-8")
     tmp.replace(path)
     return path
 

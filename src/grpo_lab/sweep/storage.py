@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from grpo_lab.errors import ConfigError
+from grpo_lab.errors import ConfigError, one_line
+from grpo_lab.redact import redact
 
 log = logging.getLogger("grpo_lab")
 
@@ -78,7 +79,7 @@ def make_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_re
         sqlite.parent.mkdir(parents=True, exist_ok=True)
     if url.startswith("postgresql://"):
         raise ConfigError(
-            f"Storage {url!r}: use `postgresql+psycopg2://...` (plain postgresql:// means psycopg 3 under "
+            f"Storage {redact(url)!r}: use `postgresql+psycopg2://...` (plain postgresql:// means psycopg 3 under "
             "SQLAlchemy 2, which is not installed)."
         )
     # Workers racing on an empty database collide creating the schema; the loser retries and finds it.
@@ -93,7 +94,9 @@ def make_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_re
             )
         except Exception as e:
             if attempt == 7 or not _is_race(e):
-                raise ConfigError(f"Cannot open the Optuna storage {url!r}: {type(e).__name__}: {e}") from e
+                raise ConfigError(
+                    f"Cannot open the Optuna storage {redact(url)!r}: {type(e).__name__}: {one_line(e)}"
+                ) from e
             time.sleep(0.2 + random.random() * 0.5)
     raise AssertionError("unreachable")
 

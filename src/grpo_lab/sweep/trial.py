@@ -45,12 +45,15 @@ class TrialReporter:
         self.pruned = False
         self.last: tuple[int, float] | None = None
         self._ema: float | None = None
+        from grpo_lab.redact import reveal
         from grpo_lab.sweep.samplers import build_pruner
         from grpo_lab.sweep.storage import open_storage
 
         # The job's own study object decides should_prune(): it needs the sweep's pruner, not Optuna's default.
         study = optuna.load_study(
-            study_name=trial_cfg.study, storage=open_storage(trial_cfg.storage), pruner=build_pruner(trial_cfg.pruner)
+            study_name=trial_cfg.study,
+            storage=open_storage(reveal(trial_cfg.storage)),  # the sweeper masks the password in overrides
+            pruner=build_pruner(trial_cfg.pruner),
         )
         self.trial = optuna.Trial(study, trial_cfg.id)
         wanted = trial_cfg.pruner is not None

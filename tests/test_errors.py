@@ -1,0 +1,171 @@
+"""User and environment errors end in one clear line and a non-zero exit, without a traceback; tracebacks only
+with HYDRA_FULL_ERROR=1 or --verbose. Every case runs the real CLI, as a user would."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from grpo_lab import data as data_mod
+from grpo_lab.errors import DataError, describe
+
+from conftest import FAST, REPO, load_study, run_cli
+
+TESTS = str(REPO / "tests")
+SMOKE_SWEEP = ["-m", "sweep=lr_beta", *FAST, "hydra.sweeper.n_trials=1"]
+
+
+def error_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    """The one error line of a failed command: non-zero exit, no traceback, the message on a single line."""
+    assert proc.returncode != 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
+    # "Error: ..." ends a command outside a job (storage, output folder, a sweep); a single run's job logs
+    # "ERROR grpo_lab: ..." and stops there.
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+    lines = lines or [line for line in proc.stderr.splitlines() if line.startswith("ERROR ")]
+    assert len(lines) == 1, proc.stderr[-4000:]
+    # The message is not continued on further lines (a driver's "\n\tIs the server running?", SQLAlchemy's
+    # "(Background on this error at: ...)").
+    after = proc.stderr.split(lines[0], 1)[1].splitlines()[1:2]
+    assert not (after and after[0][:1] in ("\t", " ", "(")), proc.stderr[-4000:]
+    assert "(Background on this error" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(path: Path, options: str) -> Iterator[Path]:
+    """A small tmpfs at `path` (root only): a read-only folder or a disk that fills up, for real."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+# ------------------------------------------------------------------------------------------- storage
+def test_unreachable_storage_is_one_line_without_the_password(tmp_path, model_cache):
+    url = "postgresql+psycopg2://u:secretpw@127.0.0.1:1/db"  # a closed port on loopback
+    proc = run_cli([*SMOKE_SWEEP, f"hydra.sweeper.storage={url}"], tmp_path, model_cache, timeout=120)
+    line = error_line(proc, "Cannot open the Optuna storage", "postgresql+psycopg2://u:***@127.0.0.1:1/db")
+    assert "Connection refused" in line
+    assert "secretpw" not in proc.stdout + proc.stderr
+
+
+def test_wrong_password_storage_is_one_line(tmp_path, model_cache):
+    url = os.environ.get("GRPO_LAB_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("set GRPO_LAB_TEST_POSTGRES_URL=postgresql+psycopg2://... to run (see .ci/run)")
+    from sqlalchemy.engine import make_url
+
+    wrong = make_url(url).set(password="not-the-password-42").render_as_string(hide_password=False)
+    proc = run_cli([*SMOKE_SWEEP, f"hydra.sweeper.storage={wrong}"], tmp_path, model_cache, timeout=120)
+    error_line(proc, "Cannot open the Optuna storage", "password authentication failed")
+    assert "not-the-password-42" not in proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------------------------------------- outputs
+def test_output_folder_that_cannot_be_created(tmp_path, model_cache):
+    proc = run_cli([*FAST, "hydra.run.dir=/proc/grpo_lab/run"], tmp_path, model_cache, timeout=120)
+    error_line(proc, "No such file or directory", "/proc/grpo_lab")
+
+
+def test_read_only_output_folder(tmp_path, model_cache):
+    with mounted_tmpfs(tmp_path / "ro", "ro,size=64k") as ro:
+        proc = run_cli([*FAST, f"hydra.run.dir={ro}/run"], tmp_path, model_cache, timeout=120)
+    error_line(proc, "Read-only file system", f"{ro}/run")
+
+
+def test_full_disk_while_saving_the_model(tmp_path, model_cache):
+    # 300 KiB: room for the run's records, not for the tiny model's weights (~430 KB).
+    with mounted_tmpfs(tmp_path / "full", "size=300k") as full:
+        proc = run_cli(
+            [*FAST, "output.save_model=true", "logger=none", f"hydra.run.dir={full}/run"],
+            tmp_path,
+            model_cache,
+            timeout=300,
+        )
+        metrics = json.loads((full / "run" / "metrics.json").read_text())
+    error_line(proc, "No space left on the device")
+    assert metrics["status"] == "failed"
+
+
+# ------------------------------------------------------------------------------------------- rewards
+def test_a_reward_that_raises_fails_the_run_naming_it_and_the_completion(tmp_path, model_cache):
+    proc = run_cli(
+        [*FAST, "+reward.functions.boom._target_=failing_rewards.explode", "+reward.weights.boom=1.0"],
+        tmp_path,
+        model_cache,
+        PYTHONPATH=TESTS,
+    )
+    expected = "reward `boom` raised RuntimeError: this reward fails on purpose on completion #0: '"
+    error_line(proc, expected)
+    (metrics_file,) = (tmp_path / "outputs").rglob("metrics.json")
+    metrics = json.loads(metrics_file.read_text())
+    assert metrics["status"] == "failed" and expected in metrics["error"]
+
+
+def test_a_reward_that_raises_fails_the_sweep_trials(tmp_path, model_cache):
+    # FAILed trials do not count towards n_trials: the sweep stops when most trials fail (3 of 3 here).
+    proc = run_cli(
+        [*SMOKE_SWEEP, "+reward.functions.boom._target_=failing_rewards.explode", "+reward.weights.boom=1.0"],
+        tmp_path,
+        model_cache,
+        PYTHONPATH=TESTS,
+    )
+    expected = "reward `boom` raised RuntimeError: this reward fails on purpose on completion #0"
+    error_line(proc, "3 of 3 trials failed", expected)
+    trials = load_study(tmp_path, "lr_beta").trials
+    assert [t.state.name for t in trials] == ["FAIL"] * 3
+    assert all(expected in t.user_attrs["error"] for t in trials)
+
+
+# ---------------------------------------------------------------------------------------------- data
+def test_missing_dataset_file(tmp_path, model_cache):
+    missing = tmp_path / "gone.jsonl"
+    proc = run_cli(["experiment=smoke", "data=jsonl", f"data.path={missing}"], tmp_path, model_cache, timeout=120)
+    error_line(proc, f"data.path={missing}", "does not exist")
+
+
+def test_a_dataset_file_that_disappears_after_the_check(tmp_path):
+    path = tmp_path / "train.jsonl"  # checked, then gone before it is read
+    with pytest.raises(DataError, match=r"Cannot read .*train\.jsonl: No such file or directory"):
+        list(data_mod._read_jsonl(path))
+
+
+def test_environment_errors_are_described_and_bugs_are_not():
+    assert describe(PermissionError(13, "Permission denied", "/data/outputs")) == (
+        "Permission denied: '/data/outputs': choose a folder you can write (e.g. hydra.run.dir=DIR)."
+    )
+    assert describe(OSError(28, "No space left on device", "/x/model.safetensors")).startswith("No space left")
+    wrapped = RuntimeError("saving failed")
+    wrapped.__cause__ = OSError(28, "No space left on device")
+    assert describe(wrapped).startswith("No space left")
+    assert describe(KeyError("a bug")) is None
+
+
+# ------------------------------------------------------------------------------------ full tracebacks
+@pytest.mark.parametrize("how", ["HYDRA_FULL_ERROR", "--verbose"])
+def test_tracebacks_on_request(tmp_path, model_cache, how):
+    missing = tmp_path / "gone.jsonl"
+    args = ["experiment=smoke", "data=jsonl", f"data.path={missing}"]
+    if how == "--verbose":
+        proc = run_cli(["--verbose", *args], tmp_path, model_cache, timeout=120)
+    else:
+        proc = run_cli(args, tmp_path, model_cache, timeout=120, HYDRA_FULL_ERROR="1")
+    assert proc.returncode == 1
+    assert "Traceback (most recent call last)" in proc.stderr
+    assert "grpo_lab.errors.DataError" in proc.stderr or "DataError" in proc.stderr
+    assert "does not exist" in proc.stderr
