@@ -114,6 +114,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_killing_the_parent_leaves_no_child(tmp_path, model_cache):
+    """SIGKILL gives the parent no chance to forward anything: the ranks watch its pid and stop by themselves."""
     parent = subprocess.Popen(
         [sys.executable, "-m", "grpo_lab", *DDP, "max_steps=500"],
         cwd=tmp_path,
@@ -122,6 +123,7 @@ def test_killing_the_parent_leaves_no_child(tmp_path, model_cache):
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    pids: set[int] = set()
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and not list(tmp_path.rglob("history.jsonl")):
@@ -135,8 +137,13 @@ def test_killing_the_parent_leaves_no_child(tmp_path, model_cache):
             time.sleep(0.5)
         assert not [p for p in pids if _alive(p)]
     finally:
-        for p in _descendants(parent.pid):
-            os.kill(p, signal.SIGKILL)
+        for p in _descendants(parent.pid) | pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+    # Each rank's watchdog saw the parent go and stopped it as on SIGTERM: the main rank recorded the run.
+    (metrics_file,) = (tmp_path / "outputs").rglob("metrics.json")
+    metrics = json.loads(metrics_file.read_text())
+    assert metrics["status"] == "interrupted" and metrics["interrupted"]["signal"] == "SIGTERM"
 
 
 def test_a_sweep_with_two_processes_per_trial(tmp_path, model_cache):

@@ -16,14 +16,20 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_lab import config as config_mod
-from grpo_lab.errors import GrpoLabError
+from grpo_lab import interrupts
+from grpo_lab.errors import describe
 from grpo_lab.paths import CONF_DIR, SWEEPS_DIR, cache_dir, config_groups
+from grpo_lab.redact import redact
 
 log = logging.getLogger("grpo_lab")
 
 # Keys swept by a multirun (`-m lr=1e-5,2e-5` -> "lr"), passed to every job (jobs may run in other
 # processes, e.g. the joblib launcher) so that each run is named after what differs.
 SWEPT_ENV = "GRPO_LAB_SWEPT_KEYS"
+
+# "1": print the full traceback of any error (`--verbose`, or HYDRA_FULL_ERROR=1 when main() started);
+# otherwise user and environment errors are one line. Passed on to jobs in other processes.
+VERBOSE_ENV = "GRPO_LAB_VERBOSE"
 
 # Hydra flags that take a value: the token after them is not an override.
 _FLAGS_WITH_VALUE = {
@@ -124,7 +130,7 @@ def _job_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
         group = f"{cfg.name}-multirun-{sweep_dir.parent.name}_{sweep_dir.name}"
     else:
         group = None
-    return name, group, overrides
+    return redact(name), redact(group), overrides  # the name reaches W&B, metrics.json and the console
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -135,7 +141,11 @@ def task(cfg: DictConfig) -> float:
 
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
+        _redact_hydra_files(multirun)
         run_cfg = config_mod.load(cfg)
+        from grpo_lab import trl_checks  # TRL's own checks, before W&B or a model (imports trl)
+
+        trl_checks.check(run_cfg, num_processes=run_cfg.launcher.num_processes)
         name, group, overrides = _job_identity(cfg)
         resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
         from grpo_lab import summary
@@ -156,21 +166,90 @@ def task(cfg: DictConfig) -> float:
             result = run_children(run_cfg, context, slot=int(slot or 0), env=dict(os.environ))
         else:
             result = run(run_cfg, context)
-    except GrpoLabError as e:
-        log.error("%s", e)
+    except Exception as e:
+        line = describe(e)
         if multirun:
+            if line is not None:
+                log.error("%s", line)
             raise  # the sweeper records this job as failed and goes on
+        if line is None or _verbose():  # a bug (or asked for): the traceback, secrets masked
+            log.error("%s: %s", type(e).__name__, line or e, exc_info=e)
+        else:
+            log.error("%s", line)
         sys.exit(1)
     print(summary.format_run(result), flush=True)
     return Objective(result.objective, result.metrics)
 
 
+def _redact_hydra_files(multirun: bool) -> None:
+    """Mask secrets in Hydra's copies of the config (`.hydra/*.yaml`, `multirun.yaml`), written before the job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from grpo_lab import records
+
+    hc = HydraConfig.get()
+    sweep_dir = Path(hc.sweep.dir) if multirun else None
+    records.redact_hydra_files(Path(hc.runtime.output_dir), hc.output_subdir, sweep_dir)
+
+
+def _verbose() -> bool:
+    default = "1" if os.environ.get("HYDRA_FULL_ERROR") == "1" else "0"
+    return os.environ.get(VERBOSE_ENV, default) == "1"
+
+
+def _report(error: Exception) -> int:
+    """Print an error that ended the command outside a job (Hydra, the sweeper, a multirun); the exit code."""
+    import traceback
+
+    from hydra.errors import CompactHydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    line = describe(error)
+    if _verbose() or (line is None and not isinstance(error, CompactHydraException)):
+        text = "".join(traceback.format_exception(error))
+    elif isinstance(error, CompactHydraException):  # Hydra's own short messages (bad override, missing config)
+        text = f"{error}\n" + (f"{error.__cause__}\n" if isinstance(error.__cause__, OmegaConfBaseException) else "")
+    else:
+        text = f"Error: {line}\n"
+    sys.stderr.write(redact(text))
+    sys.stderr.flush()
+    return 1
+
+
 def main() -> None:
-    args, swept = prepare_overrides(sys.argv[1:])
-    if swept:
-        os.environ[SWEPT_ENV] = ",".join(swept)
-    sys.argv = [sys.argv[0], *args]
-    task()
+    """`python -m grpo_lab [--verbose] OVERRIDES...`: user and environment errors end in one line and exit 1;
+    `--verbose` (or HYDRA_FULL_ERROR=1) prints their full traceback instead."""
+    argv = sys.argv[1:]
+    verbose = "--verbose" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ[VERBOSE_ENV] = "1" if verbose else "0"
+    # Hydra prints errors escaping a run (a storage that cannot be opened, an output folder that cannot be
+    # created) with their traceback; this makes it raise them to us instead.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        args, swept = prepare_overrides([a for a in argv if a != "--verbose"])
+        if swept:
+            os.environ[SWEPT_ENV] = ",".join(swept)
+        sys.argv = [sys.argv[0], *_resume_run_dir(args)]
+        with interrupts.handling():  # SIGTERM raises like Ctrl-C; both end the run recorded as interrupted
+            task()
+    except KeyboardInterrupt as e:
+        code = interrupts.exit_code_for(e)
+        sys.stderr.write(f"Stopped by {interrupts.signal_name(interrupts.signal_of(e) or 2)} (exit {code}).\n")
+        sys.exit(code)
+    except Exception as e:
+        sys.exit(_report(e))
+
+
+def _resume_run_dir(args: list[str]) -> list[str]:
+    """`resume=<run folder>` of a single run: Hydra's run dir becomes that folder, so that continuing a run
+    does not leave a second, empty run folder behind (unless the user set `hydra.run.dir` themselves)."""
+    if "-m" in args or "--multirun" in args or any(a.startswith("hydra.run.dir=") for a in args):
+        return args
+    for a in args:
+        key, _, value = a.lstrip("+").partition("=")
+        if key == "resume" and value not in ("", "null", "None") and Path(value).is_dir():
+            return [*args, f"hydra.run.dir={value}"]
+    return args
 
 
 if __name__ == "__main__":

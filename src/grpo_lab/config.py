@@ -190,6 +190,8 @@ class RunConfig:
     launcher: LauncherConfig
     output: OutputConfig
     trial: TrialConfig | None
+    # A run folder to continue from its last trainer/checkpoint-* (see conf/config.yaml).
+    resume: str | None
 
 
 # Keys that users of other libraries type, mapped onto ours.
@@ -601,6 +603,13 @@ def grpo_kwargs(run: RunConfig, *, output_dir: str, report_to: list[str], run_na
     }
 
 
+def user_key(field: str) -> str:
+    """The key a user types for GRPOConfig field ``field``: ``lr`` for ``learning_rate``, else ``trainer.<field>``."""
+    owner = _OWNED_TRAINER_FIELDS.get(field, "")
+    quoted = owner.split("`")
+    return quoted[1] if len(quoted) > 2 else f"trainer.{field}"
+
+
 def _checkpointing_field() -> str:
     return (
         "activation_checkpointing" if "activation_checkpointing" in grpo_config_fields() else "gradient_checkpointing"
@@ -617,6 +626,11 @@ def to_grpo_config(run: RunConfig, *, output_dir: str, report_to: list[str], run
         # Without it, transformers sets up its device state without cpu=True and, under `accelerate
         # launch`, sees one process instead of the world size; with it, CPU ranks use gloo (MULTI_CPU).
         kwargs["use_cpu"] = True
+    # `trainer.temperature=2` arrives as an int; transformers' sampling warpers refuse a non-float.
+    for name, annotation in vars(GRPOConfig).get("__annotations__", {}).items():
+        value = kwargs.get(name)
+        if type(value) is int and annotation in (float, float | None, "float", "float | None"):
+            kwargs[name] = float(value)
     try:
         return GRPOConfig(**kwargs)
     except (ValueError, TypeError) as e:

@@ -2,15 +2,19 @@
 
 The parent has composed and validated the config already; it writes the resolved config into the job
 folder, the children (`python -m grpo_lab.launch_child`) run exactly that (they never compose again
-nor start a sweep), the main child writes the result, and the parent returns it to Hydra. Children run
-in their own process group, which the parent ends if it is interrupted, and which the kernel signals
-if the parent dies (PR_SET_PDEATHSIG), so no child outlives its job.
+nor start a sweep), the main child writes the result, and the parent returns it to Hydra.
+
+No child outlives its job. Children run in their own session, so a terminal's Ctrl-C reaches only the
+parent, which forwards SIGINT/SIGTERM to the `accelerate launch` process group (torchrun's agent passes
+it on to the ranks, which record the run as interrupted), waits up to `STOP_GRACE_S`, then kills every
+descendant still there, and re-raises the interrupt (the CLI exits 130/143). If the parent dies
+outright (SIGKILL), each rank notices through a watchdog on the parent's pid (grpo_lab.interrupts)
+and stops by itself.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -19,11 +23,13 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from grpo_lab import interrupts
 from grpo_lab.config import LauncherConfig, RunConfig
 from grpo_lab.errors import ConfigError, GrpoLabError
 
@@ -31,6 +37,8 @@ log = logging.getLogger("grpo_lab")
 
 ACCELERATE_CONFIGS = Path(__file__).parent / "accelerate"
 _TAIL_LINES = 40
+# After forwarding an interrupt: how long the children get to record the run and exit, before SIGKILL.
+STOP_GRACE_S = 8.0
 
 
 class LaunchError(GrpoLabError):
@@ -90,32 +98,81 @@ def command(launcher: LauncherConfig, job_file: Path, port: int) -> list[str]:
     ]  # fmt: skip
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: the kernel sends SIGTERM when the parent dies, even by SIGKILL."""
-    with contextlib.suppress(OSError):  # not Linux: the process group is still ended on interrupts
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (Linux /proc; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:
+        return set()
+    for entry in entries:
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _signal(pid: int, sig: int, *, group: bool = False) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        (os.killpg if group else os.kill)(pid, sig)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")  # a zombie has ended (an orphan's may wait to be reaped)
+
+
+def stop_children(proc: subprocess.Popen, signum: int = signal.SIGTERM, grace_s: float = STOP_GRACE_S) -> None:
+    """Forward `signum` to the launcher's process group and give every process below it `grace_s` to exit
+    (the ranks record the run, W&B flushes), then SIGKILL what is left: the group and each process below
+    (torchrun starts every rank in a session of its own)."""
     if proc.poll() is not None:
         return
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
+    below = descendants(proc.pid)
+    _signal(proc.pid, signum, group=True)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if proc.poll() is None:
+            below |= descendants(proc.pid)
+        elif not any(_alive(p) for p in below):
             return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+        time.sleep(0.1)
+    left = sorted(p for p in below if _alive(p))
+    log.warning("Children still running %.0f s after %s: killing %s.", grace_s, interrupts.signal_name(signum), left)
+    _signal(proc.pid, signal.SIGKILL, group=True)
+    for pid in left:
+        _signal(pid, signal.SIGKILL)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        log.warning("The launcher process %d did not exit after SIGKILL.", proc.pid)
 
 
 def run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) -> Any:
-    """Run the job on `launcher.num_processes` processes; returns the main child's RunResult."""
-    from grpo_lab import models, records
-    from grpo_lab.train import result_from_metrics
+    """Run the job on `launcher.num_processes` processes; returns the main child's RunResult.
+    SIGINT/SIGTERM meanwhile: the children are stopped, then `interrupts.Interrupted` is raised."""
+    with interrupts.handling():
+        return _run_children(cfg, ctx, slot=slot, env=env)
 
+
+def _run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) -> Any:
+    from grpo_lab import models, records
+    from grpo_lab.train import result_from_metrics, resume_context
+
+    ctx, _ = resume_context(cfg, ctx)  # resume=<folder>: fails here, before launching, if it has no checkpoint
     launch_dir = ctx.run_dir / "launch"
     launch_dir.mkdir(parents=True, exist_ok=True)
     models.prepare(cfg.model, ctx.cache_dir)  # convert/build once here, not once per process
@@ -129,13 +186,15 @@ def run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) ->
     port = cfg.launcher.main_process_port or free_port()
     job_file = launch_dir / "job.json"
     # The main child records the run in metrics.json, as a single-process run does: that is the result.
+    # A resumed run's old metrics.json stays until then (the children read its W&B id); only a fresh one counts.
     metrics_file = ctx.run_dir / "metrics.json"
-    metrics_file.unlink(missing_ok=True)
+    stale = metrics_file.read_bytes() if metrics_file.exists() else None
     job = {
         "config": ctx.resolved_config,  # the composed config, as the parent validated it
         "context": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(ctx).items()},
+        "parent_pid": os.getpid(),  # the children stop if this process dies
     }
-    records.write_json(job_file, job)
+    records.write_json(job_file, job, redact_secrets=False)  # the children need the real values
     argv = command(cfg.launcher, job_file, port)
     log.info("Launching %d processes: %s", cfg.launcher.num_processes, " ".join(argv))
     tail: deque[str] = deque(maxlen=_TAIL_LINES)
@@ -146,26 +205,24 @@ def run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) ->
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
+            start_new_session=True,  # a terminal's Ctrl-C reaches the parent only: it forwards it
         )
         (launch_dir / "children.pid").write_text(str(proc.pid))
         pump = threading.Thread(target=_pump, args=(proc, log_file, tail), daemon=True)
         pump.start()
-        previous = signal.getsignal(signal.SIGTERM)
-        in_main = threading.current_thread() is threading.main_thread()
-        if in_main:
-            signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
             code = proc.wait()
-        except BaseException:
-            _stop(proc)
+        except BaseException as e:
+            signum = interrupts.signal_of(e)
+            stop_children(proc, signum or signal.SIGTERM)
+            pump.join(timeout=5)
+            if signum is not None:
+                _check_interrupted_record(cfg, ctx, metrics_file, stale, signum)
             raise
         finally:
-            if in_main:
-                signal.signal(signal.SIGTERM, previous)
             pump.join(timeout=10)
-    result = result_from_metrics(json.loads(metrics_file.read_text()), ctx.run_dir) if metrics_file.exists() else None
+    fresh = metrics_file.exists() and metrics_file.read_bytes() != stale
+    result = result_from_metrics(json.loads(metrics_file.read_text()), ctx.run_dir) if fresh else None
     if result is not None and result.status == "pruned":
         import optuna
 
@@ -180,8 +237,28 @@ def run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) ->
     )
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+def _check_interrupted_record(cfg: RunConfig, ctx: Any, metrics_file: Path, stale: bytes | None, signum: int) -> None:
+    """The main child records an interrupted run itself; if it could not (it was killed, or stopped before
+    training began), the parent writes the record, with the last step in history.jsonl."""
+    from grpo_lab import records
+
+    if metrics_file.exists() and metrics_file.read_bytes() != stale:
+        return
+    history = ctx.run_dir / "history.jsonl"
+    lines = history.read_text(encoding="utf-8").splitlines() if history.exists() else []
+    step = json.loads(lines[-1]).get("step", 0) if lines else 0
+    name = interrupts.signal_name(signum)
+    log.warning("The main process left no record: %s says interrupted by %s at step %d.", metrics_file, name, step)
+    records.write_json(
+        metrics_file,
+        {
+            "status": "interrupted",
+            "run_name": ctx.run_name,
+            "objective": {"metric": cfg.objective.metric, "value": float("nan")},
+            "metrics": {},
+            "interrupted": {"signal": name, "step": step},
+        },
+    )
 
 
 def _pump(proc: subprocess.Popen, log_file: Any, tail: deque[str]) -> None:

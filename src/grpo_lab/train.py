@@ -3,19 +3,26 @@
 seed -> data -> rewards -> model source check -> GRPOConfig -> W&B -> model -> eval before ->
 GRPOTrainer.train -> eval after -> save -> metrics.json. No argv or environment reading: the CLI
 passes everything in, so a test can call this directly.
+
+Ctrl-C or SIGTERM (grpo_lab.interrupts) ends a run as `interrupted`, with the signal and the step reached;
+`resume=<run folder>` continues such a run from its last `trainer/checkpoint-*`, in the same folder and
+the same W&B run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grpo_lab import data as data_mod
-from grpo_lab import models, records
+from grpo_lab import interrupts, models, records
 from grpo_lab.config import RunConfig, to_grpo_config
+from grpo_lab.errors import ConfigError
 from grpo_lab.evaluate import EvalResult, evaluate
 from grpo_lab.rewards import build_rewards
 from grpo_lab.tracking import Tracker, TrackerInfo
@@ -54,7 +61,7 @@ class Objective(float):
 
 @dataclass
 class RunResult:
-    status: str  # finished | failed
+    status: str  # finished | failed | pruned | interrupted
     objective: float
     objective_metric: str
     metrics: dict[str, float]
@@ -84,6 +91,71 @@ def result_from_metrics(data: dict[str, Any], run_dir: Path) -> RunResult:
         durations=data.get("durations_s") or {},
         error=data.get("error") or data.get("pruned"),
     )
+
+
+# ------------------------------------------------------------------------------------------- resume
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where `resume=<run folder>` continues: the folder, its last complete checkpoint, the W&B run."""
+
+    run_dir: Path
+    checkpoint: Path
+    step: int
+    wandb_id: str | None
+    previous: dict[str, Any]  # the folder's metrics.json, {} when the run left none (e.g. killed)
+
+
+def find_resume(folder: str) -> Resume:
+    """The last complete `trainer/checkpoint-N` of a run folder; a one-line ConfigError if there is none."""
+    run_dir = Path(folder).expanduser().resolve()
+    if not run_dir.is_dir():
+        raise ConfigError(f"resume={folder}: no such run folder.")
+    trainer_dir = run_dir / "trainer"
+    found = [
+        (int(m.group(1)), p)
+        for p in (trainer_dir.iterdir() if trainer_dir.is_dir() else [])
+        if (m := _CHECKPOINT.match(p.name)) and (p / "trainer_state.json").is_file()  # written last: complete
+    ]
+    if not found:
+        raise ConfigError(f"no checkpoint in {trainer_dir}: run with trainer.save_strategy=steps trainer.save_steps=N")
+    step, checkpoint = max(found)
+    metrics_file = run_dir / "metrics.json"
+    previous = records.read_json(metrics_file) if metrics_file.is_file() else {}
+    wandb_id = (previous.get("wandb") or {}).get("run_id")
+    if wandb_id is None:  # no metrics.json (SIGKILL): the W&B folder's name ends with the run id
+        runs = sorted((run_dir / "wandb").glob("*run-*-*"))
+        wandb_id = runs[-1].name.rsplit("-", 1)[1] if runs else None
+    return Resume(run_dir, checkpoint, step, wandb_id, previous)
+
+
+def _resumed_history(path: Path, upto: int) -> list[dict[str, Any]]:
+    """The history rows up to the checkpoint's step; later rows (logged after the last checkpoint,
+    before the interruption) are trained again, so they are dropped from the file."""
+    import json
+
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [r for r in rows if r.get("step", 0) <= upto]
+    path.unlink()
+    for row in rows:
+        records.append_jsonl(path, row)
+    return rows
+
+
+def resume_context(cfg: RunConfig, ctx: RunContext) -> tuple[RunContext, Resume | None]:
+    """With `resume=<folder>`, the job writes into that folder, whatever Hydra's run dir is, under the
+    run's first name (not one that spells out `resume=...`)."""
+    if cfg.resume is None:
+        return ctx, None
+    point = find_resume(cfg.resume)
+    if point.run_dir != ctx.run_dir:
+        log.info("Resuming into %s (Hydra's own folder for this job is %s).", point.run_dir, ctx.run_dir)
+    name = point.previous.get("run_name") or ctx.run_name
+    return dataclasses.replace(ctx, run_dir=point.run_dir, run_name=name), point
 
 
 def _history_callback(path: Path, rows: list[dict[str, Any]]) -> Any:
@@ -188,11 +260,18 @@ def _save_eval(run_dir: Path, name: str, result: EvalResult) -> None:
 
 
 def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
+    """One job; SIGINT/SIGTERM raise `interrupts.Interrupted` meanwhile (the run is recorded as interrupted)."""
+    with interrupts.handling():
+        return _run(cfg, ctx)
+
+
+def _run(cfg: RunConfig, ctx: RunContext) -> RunResult:
     started = time.monotonic()
     durations: dict[str, float] = {}
-    run_dir = ctx.run_dir
 
     # Everything that can fail from bad input fails here, before W&B or a model.
+    ctx, resume = resume_context(cfg, ctx)
+    run_dir = ctx.run_dir
     source = models.resolve_source(cfg.model.name_or_path)
     models.check_available(source)
     pair = data_mod.load_datasets(cfg.data)
@@ -213,21 +292,31 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
     if main:
         records.write_start(run_dir, ctx.resolved_config, ctx.overrides)
 
-    reporter = None
-    if cfg.trial is not None and main:
-        from grpo_lab.sweep.trial import TrialReporter, intermediate_source
-
-        reporter = TrialReporter(cfg.trial, intermediate_source(cfg))
-
-    if main:
-        tracker.start(ctx.resolved_config | {"world_size": grpo_args.world_size, "launcher": cfg.launcher.kind})
-    if not tracker.report_to:
-        grpo_args.report_to = []
     rows: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
     stop = {"pruned": False}
     metrics: dict[str, float] = {}
+    record: dict[str, Any] = {}  # extra metrics.json keys
+    trainer: Any = None
+    history_path = run_dir / "history.jsonl"
+    if resume is not None:
+        record["resumed_from"] = {"checkpoint": str(resume.checkpoint), "step": resume.step}
+        log.info("Resuming from %s (step %d).", resume.checkpoint, resume.step)
     try:
+        reporter = None
+        if cfg.trial is not None and main:
+            from grpo_lab.sweep.trial import TrialReporter, intermediate_source
+
+            reporter = TrialReporter(cfg.trial, intermediate_source(cfg))
+
+        if main:
+            tracker.start(
+                ctx.resolved_config | {"world_size": grpo_args.world_size, "launcher": cfg.launcher.kind},
+                resume_id=resume.wandb_id if resume is not None else None,
+            )
+        if not tracker.report_to:
+            grpo_args.report_to = []
+
         from transformers import set_seed
         from trl import GRPOTrainer
 
@@ -238,7 +327,10 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
         durations["model_load"] = time.monotonic() - t
         log.info("Model %s: %s parameters", cfg.model.name_or_path, f"{total:,}")
 
-        if cfg.eval.before and main:
+        if resume is not None:  # the evaluation before training belongs to the first part of the run
+            before_keys = (resume.previous.get("metrics") or {}).items()
+            metrics |= {k: float(v) for k, v in before_keys if k.startswith("eval_before/") and v is not None}
+        elif cfg.eval.before and main:
             t = time.monotonic()
             before = evaluate(model, tokenizer, pair.eval, cfg.eval, desc="eval before")
             durations["eval_before"] = time.monotonic() - t
@@ -246,8 +338,9 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
             _save_eval(run_dir, "eval_before", before)
             tracker.log({k: v for k, v in metrics.items()})
 
-        history_path = run_dir / "history.jsonl"
-        if main:
+        if main and resume is not None:
+            rows.extend(_resumed_history(history_path, resume.step))
+        elif main:
             history_path.unlink(missing_ok=True)
         trainer = GRPOTrainer(
             model=model,
@@ -267,7 +360,7 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
             trainer.remove_callback(ProgressCallback)
             trainer.add_callback(_quiet_progress_bar())
         t = time.monotonic()
-        trainer.train()
+        trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume is not None else None)
         durations["train"] = time.monotonic() - t
         metrics |= training_metrics(rows)
         if stop["pruned"]:
@@ -307,16 +400,20 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
             history=rows,
             durations=durations,
         )
-        _write_metrics(result, params={"total": total, "trainable": trainable})
+        _write_metrics(result, params={"total": total, "trainable": trainable}, **record)
         tracker.summarize({**metrics, "objective": objective, "status": "finished"})
         tracker.finish(failed=False)
         return result
     except BaseException as e:
+        signum = interrupts.signal_of(e)
         if stop["pruned"] or not main:
+            if signum is not None and not isinstance(e, KeyboardInterrupt):
+                raise interrupts.Interrupted(signum) from e
             raise  # pruned: recorded already; other processes: the main one records
         durations["total"] = time.monotonic() - started
+        status = "failed" if signum is None else "interrupted"
         failed = RunResult(
-            status="failed",
+            status=status,
             objective=float("nan"),
             objective_metric=cfg.objective.metric,
             metrics=metrics | training_metrics(rows),
@@ -326,10 +423,37 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
             history=rows,
             durations=durations,
         )
-        _write_metrics(failed, error=f"{type(e).__name__}: {e}")
-        tracker.summarize({"status": "failed", "error": f"{type(e).__name__}: {e}"})
-        tracker.finish(failed=True)
-        raise
+        if signum is None:
+            error = f"{type(e).__name__}: {e}"
+            _write_metrics(failed, error=error, **record)
+            tracker.summarize({"status": "failed", "error": error})
+            tracker.finish(failed=True)
+            raise
+        # The trainer's step (a resumed one is 0 until its checkpoint is loaded), else the last logged one.
+        step = max(trainer.state.global_step if trainer is not None else 0, rows[-1]["step"] if rows else 0)
+        name = interrupts.signal_name(signum)
+        _write_metrics(failed, interrupted={"signal": name, "step": step}, **record)
+        tracker.summarize({"status": "interrupted", "interrupted/signal": name, "interrupted/step": step})
+        tracker.finish(failed=True, exit_code=128 + signum)
+        log.warning(
+            "Interrupted by %s at step %d of %d: %s records it.%s",
+            name,
+            step,
+            cfg.max_steps,
+            run_dir / "metrics.json",
+            _resume_hint(run_dir),
+        )
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise interrupts.Interrupted(signum) from e
+
+
+def _resume_hint(run_dir: Path) -> str:
+    try:
+        point = find_resume(str(run_dir))
+    except ConfigError:
+        return ""
+    return f" Continue it from step {point.step} with `resume={run_dir}`."
 
 
 def _pruned(cfg, ctx, tracker, reporter, metrics, rows, durations, started) -> RunResult:

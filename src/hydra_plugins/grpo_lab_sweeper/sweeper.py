@@ -20,6 +20,9 @@ from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from grpo_lab.errors import GrpoLabError
+from grpo_lab.redact import redact, share
+
 log = logging.getLogger("grpo_lab")
 
 # We use heartbeats and stale-trial failing outside Study.optimize on purpose (ask/tell across jobs).
@@ -29,7 +32,7 @@ warnings.filterwarnings("ignore", message=r".*(heartbeat_interval|fail_stale_tri
 DEFAULT_STORAGE = "sqlite:///outputs/sweeps/optuna.db"
 
 
-class SweepError(RuntimeError):
+class SweepError(GrpoLabError, RuntimeError):
     """The sweep as a whole cannot go on (e.g. it fails everywhere)."""
 
 
@@ -128,7 +131,7 @@ class GrpoOptunaSweeper(Sweeper):
         log.info(
             "Study %r in %s: target %d finished trials, %d at a time (worker %d, sampler seed %s).",
             s.study_name,
-            url,
+            redact(url),
             s.n_trials,
             s.n_jobs,
             worker,
@@ -142,16 +145,20 @@ class GrpoOptunaSweeper(Sweeper):
             )
             if not trials:
                 break
-            self._run_batch(study, storage, url, trials, space, metrics, worker)
+            try:
+                self._run_batch(study, storage, url, trials, space, metrics, worker)
+            except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (grpo_lab.interrupts.Interrupted): stop the sweep
+                self._interrupted(study, trials, e)
+                raise
             retention.apply(study, s.keep_models, s.keep_top_k)
-            write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=url)
+            write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=redact(url))
             self._check_failures(study)
         with st.claim_lock(url, storage, s.study_name):
             st.fail_stale(study, storage)
         kept = retention.apply(study, s.keep_models, s.keep_top_k)
-        print(f"\n== grpo_lab sweep `{s.study_name}` ({url}) ==", flush=True)
+        print(f"\n== grpo_lab sweep `{s.study_name}` ({redact(url)}) ==", flush=True)
         print(trials_table(study, metrics), flush=True)
-        best = write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=url)
+        best = write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=redact(url))
         if best is not None:
             from grpo_lab.sweep.report import best_trials
 
@@ -161,7 +168,7 @@ class GrpoOptunaSweeper(Sweeper):
                 print(f"  #{t.number}: {t.user_attrs.get('command', '')}")
         if kept:
             print(f"Kept models (keep_models={s.keep_models}): " + ", ".join(str(p) for p in kept), flush=True)
-        print(f"Dashboard: optuna-dashboard {url}", flush=True)
+        print(f"Dashboard: optuna-dashboard {redact(url)}", flush=True)  # the user knows the password
 
     # ----------------------------------------------------------------------------------------- trials
     def _trial_overrides(self, trial: Any, space: Any, url: str, arguments_keys: set[str]) -> list[str]:
@@ -171,7 +178,7 @@ class GrpoOptunaSweeper(Sweeper):
         pruning = s.pruner.name != "none" and len(s.objectives) == 1
         info = {
             "study": s.study_name,
-            "storage": url,
+            "storage": share(url),  # masked; jobs get the real URL back with redact.reveal
             "number": trial.number,
             "id": trial._trial_id,
             "pruner": OmegaConf.to_container(s.pruner) if pruning else None,
@@ -195,12 +202,13 @@ class GrpoOptunaSweeper(Sweeper):
         keys = {o.split("=", 1)[0].lstrip("+~") for o in space.fixed}
         batch = [self._trial_overrides(t, space, url, keys) for t in trials]
         for trial, overrides in zip(trials, batch, strict=True):
-            trial.set_user_attr("overrides", overrides)
+            trial.set_user_attr("overrides", redact(overrides))
             trial.set_user_attr("worker", worker)
             from grpo_lab.sweep.report import rerun_command
 
-            trial.set_user_attr("command", rerun_command(overrides))
-            log.info("Trial %d: %s", trial.number, " ".join(space.overrides_for(trial.params)[len(space.fixed) :]))
+            trial.set_user_attr("command", redact(rerun_command(overrides)))
+            shown = " ".join(space.overrides_for(trial.params)[len(space.fixed) :])
+            log.info("Trial %d: %s", trial.number, redact(shown))
         with _Heartbeat(storage, [t._trial_id for t in trials], self.settings.heartbeat_interval):
             returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
         self.job_idx += len(batch)
@@ -233,16 +241,41 @@ class GrpoOptunaSweeper(Sweeper):
             return None
         error = ret._return_value
         if isinstance(error, optuna.TrialPruned):
-            trial.set_user_attr("pruned", str(error))
+            trial.set_user_attr("pruned", redact(str(error)))
             study.tell(trial, state=TrialState.PRUNED)
             log.info("Trial %d pruned: %s", trial.number, error)
             return None
         return self._fail(study, trial, f"{type(error).__name__}: {error}")
 
+    def _interrupted(self, study: Any, trials: list, error: BaseException) -> None:
+        """Record the batch's unfinished trials FAIL, reason `interrupted by SIGINT at step N`: FAIL trials do
+        not count towards n_trials, so the same command again resumes the study."""
+        import json
+
+        from optuna.trial import TrialState
+
+        from grpo_lab import interrupts
+
+        name = interrupts.signal_name(interrupts.signal_of(error) or 2)
+        states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+        for trial in trials:
+            if states.get(trial.number) != TrialState.RUNNING:
+                continue  # told already
+            run_dir = self.sweep_dir / f"trial_{trial.number}"
+            where = ""
+            try:
+                step = json.loads((run_dir / "metrics.json").read_text())["interrupted"]["step"]
+                where = f" at step {step}"
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            trial.set_user_attr("run_dir", str(run_dir))
+            self._fail(study, trial, f"interrupted by {name}{where}")
+
     @staticmethod
     def _fail(study: Any, trial: Any, reason: str) -> None:
         from optuna.trial import TrialState
 
+        reason = redact(reason)
         trial.set_user_attr("error", reason[:2000])
         study.tell(trial, state=TrialState.FAIL)
         log.warning("Trial %d failed: %s", trial.number, reason.splitlines()[0] if reason else "")

@@ -1,0 +1,177 @@
+"""Ctrl-C and SIGTERM: stop a job cleanly, record it as interrupted, exit with 130 / 143.
+
+Python turns SIGINT into KeyboardInterrupt, but SIGTERM (what `kill`, Slurm, Kubernetes and systemd
+send) ends the process at once, without cleanup. While :func:`handling` is active, both signals raise
+:class:`Interrupted` (a KeyboardInterrupt) in the main thread instead, so that:
+
+- the training job records `interrupted` (signal and step) in metrics.json and closes its W&B run
+  with exit code 128 + signal (``grpo_lab.train``);
+- a multi-process job's parent forwards the signal to its children and ends them (``grpo_lab.launch``);
+- a sweeper can tell an interrupted trial from a failed one (``isinstance(e, KeyboardInterrupt)``);
+- the CLI exits with :func:`exit_code_for`: 130 after Ctrl-C, 143 after SIGTERM.
+
+The first signal raises; a second one while the job is stopping only logs (the run is being recorded,
+and a launcher that forwards signals may send it twice); a third one ends the process at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+log = logging.getLogger("grpo_lab")
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """The process received SIGINT or SIGTERM. A KeyboardInterrupt, so code that already treats Ctrl-C
+    as "stop now" (Hydra's job runner, which catches only Exception) does the same for SIGTERM."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = int(signum)
+        super().__init__(f"interrupted by {self.signal_name}")
+
+    @property
+    def signal_name(self) -> str:
+        return signal_name(self.signum)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Interrupted, (self.signum,))
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def signal_of(exc: BaseException | None) -> int | None:
+    """The signal behind `exc`: its own for an Interrupted, SIGINT for a plain KeyboardInterrupt, else the
+    signal this process received before `exc` happened (e.g. a peer rank stopped first on the same
+    signal and a collective failed), else None."""
+    if isinstance(exc, Interrupted):
+        return exc.signum
+    if isinstance(exc, KeyboardInterrupt):
+        return int(signal.SIGINT)
+    return received()
+
+
+def exit_code_for(exc: BaseException) -> int | None:
+    """The process exit code for an interrupt: 128 + signal (130 Ctrl-C, 143 SIGTERM); None otherwise."""
+    if isinstance(exc, KeyboardInterrupt):
+        return 128 + (signal_of(exc) or int(signal.SIGINT))
+    return None
+
+
+# ------------------------------------------------------------------------------------------ handlers
+_lock = threading.Lock()
+_depth = 0
+_previous: dict[int, Any] = {}
+_received: list[int] = []  # every signal handled, in order (only the first one raises)
+
+
+def received() -> int | None:
+    """The first signal handled since :func:`handling` became active, or None."""
+    return _received[0] if _received else None
+
+
+def _handle(signum: int, frame: Any) -> None:
+    _received.append(signum)
+    if len(_received) == 1:
+        raise Interrupted(signum)
+    if len(_received) == 2:
+        log.warning("%s again: still stopping and recording the run; once more quits at once.", signal_name(signum))
+        return
+    log.warning("%s a third time: quitting now, without cleanup.", signal_name(signum))
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+@contextlib.contextmanager
+def handling() -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`Interrupted` while this is active (nested uses share one state;
+    the outermost restores the previous handlers). Only the main thread can handle signals: elsewhere
+    this does nothing. A SIGINT ignored by the parent shell (`nohup`, `cmd &`) stays ignored."""
+    global _depth
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with _lock:
+        if _depth == 0:
+            _received.clear()
+            for sig in SIGNALS:
+                previous = signal.getsignal(sig)
+                if previous is signal.SIG_IGN:
+                    continue
+                _previous[sig] = previous
+                signal.signal(sig, _handle)
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                for sig, previous in _previous.items():
+                    signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+                _previous.clear()
+
+
+# --------------------------------------------------------------------------------- parent watchdog
+def exit_with_parent(pid: int, grace_s: float = 8.0) -> threading.Thread:
+    """In a child process: when process `pid` (the job's parent) ends, even by SIGKILL, stop this process
+    as on SIGTERM (it records the run as interrupted), and end it outright `grace_s` seconds later.
+
+    A thread that waits on a pidfd (Linux >= 5.3; polls once a second elsewhere). It replaces
+    PR_SET_PDEATHSIG set in `preexec_fn`, which is unsafe in a parent that runs threads and fires when
+    the forking *thread* ends rather than the process.
+    """
+
+    def wait_for_exit() -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            fd = None  # gone already
+        except (AttributeError, OSError):
+            while _alive(pid):
+                time.sleep(1.0)
+            fd = None
+        if fd is not None:
+            try:
+                poller = select.poll()
+                poller.register(fd, select.POLLIN)
+                while not poller.poll():
+                    pass
+            finally:
+                os.close(fd)
+        log.warning("The job's parent process %d is gone: stopping this process.", pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        os._exit(128 + signal.SIGTERM)
+
+    thread = threading.Thread(target=wait_for_exit, name="grpo-lab-parent-watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
