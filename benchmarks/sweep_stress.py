@@ -14,7 +14,7 @@ random moment, and once the survivors end, the same command is run again to resu
     python benchmarks/sweep_stress.py --storages sqlite --workers 2 --reps 3 --check   # CI: exit 1 on any error
 
 PostgreSQL needs GRPO_LAB_TEST_POSTGRES_URL (an admin URL; each repetition creates its own database).
-Writes benchmarks/results/sweep_stress.json.
+Writes benchmarks/results/sweep_stress.json (or --out).
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ def main() -> int:
     parser.add_argument("--no-hog", action="store_true", help="do not run a CPU hog beside the workers")
     parser.add_argument("--check", action="store_true", help="exit 1 when any error column is non-zero")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "sweep_stress.json")
     opts = parser.parse_args()
     random.seed(opts.seed)
     storages = [s for s in opts.storages.split(",") if s]
@@ -157,7 +158,7 @@ def main() -> int:
             hog.kill()
     table = _table(rows)
     print(table)
-    out = REPO / "benchmarks" / "results" / "sweep_stress.json"
+    out = opts.out
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()}
     meta["git"] = subprocess.run(

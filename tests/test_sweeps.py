@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -293,6 +294,41 @@ def test_parallel_trials_through_the_joblib_launcher(tmp_path, model_cache):
     assert first.params != second.params
     # Side by side: the second trial started before the first one ended.
     assert second.datetime_start < first.datetime_complete
+
+
+def test_parallel_trials_through_the_submitit_local_launcher(tmp_path, model_cache):
+    """hydra-submitit-launcher's `submitit_local` runs the code path of its Slurm launcher (pickled jobs,
+    submitit's own job folders, results read back from files) as local processes."""
+    proc = run_cli(
+        [
+            "-m",
+            "sweep=lr_beta",
+            *FAST,
+            "hydra/launcher=submitit_local",
+            "hydra.launcher.timeout_min=15",
+            "hydra.launcher.cpus_per_task=1",
+            "hydra.sweeper.n_jobs=2",
+            "hydra.sweeper.n_trials=3",
+        ],
+        tmp_path,
+        model_cache,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    study = load_study(tmp_path, "lr_beta")
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 3  # exactly n_trials, none extra
+    first, second, _ = study.trials
+    assert second.datetime_start < first.datetime_complete  # the first batch ran side by side
+    sweep_dir = tmp_path / "outputs" / "sweeps" / "lr_beta"
+    for trial in study.trials:
+        run_dir = sweep_dir / f"trial_{trial.number}"
+        assert json.loads((run_dir / "metrics.json").read_text())["status"] == "finished"
+        (path,) = find_runs(run_dir)  # one W&B run per trial, in its own folder
+        run = read_run(path)
+        assert run.group == "lr_beta" and run.config["trial"]["number"] == trial.number
+        assert run.config["lr"] == pytest.approx(trial.params["lr"])
+    # Each job went through submitit: its pickled result and logs are in submitit's folder.
+    assert len(list((sweep_dir / ".submitit").rglob("*_result.pkl"))) == 3
 
 
 def test_wildcard_expands_over_the_selected_reward_set():
