@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED_GSM8K = REPO.parent / "shared" / "data" / "gsm8k"
 EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
+
+# A background job of a non-interactive shell (`make test &`, nohup, some CI runners) starts with SIGINT
+# ignored, and every child inherits that, so Ctrl-C could never reach the CLIs the tests start. The tests
+# act as a terminal, whose foreground job does get Ctrl-C: give this process Python's own handler back
+# (a handled signal is reset to the default in exec'd children; an ignored one would stay ignored).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def compose(overrides: list[str]):
