@@ -9,9 +9,11 @@ random moment, and once the survivors end, the same command is run again to resu
   overshoot      finished trials beyond n_trials
   lost           trials whose run folder says `finished` but that the study does not hold as COMPLETE
   running        trials still RUNNING after the resume
+  FAIL           trials recorded FAIL (the killed worker's trial: not counted, its number is not reused)
 
     python benchmarks/sweep_stress.py                                  # all storages, 2 and 4 workers, 10 reps
     python benchmarks/sweep_stress.py --storages sqlite --workers 2 --reps 3 --check   # CI: exit 1 on any error
+    python benchmarks/sweep_stress.py --merge a.json b.log          # one table of earlier (partial) runs
 
 PostgreSQL needs GRPO_LAB_TEST_POSTGRES_URL (an admin URL; each repetition creates its own database).
 Writes benchmarks/results/sweep_stress.json (or --out).
@@ -137,7 +139,30 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when any error column is non-zero")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "sweep_stress.json")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="measure nothing: one table of the rows of earlier runs (their --out JSON, or their printed lines)",
+    )
     opts = parser.parse_args()
+    rows = [row for path in opts.merge for row in _rows(path)] if opts.merge else _measure(opts)
+    table = _table(rows)
+    print(table)
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()}
+    meta["git"] = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    if opts.merge:
+        meta["merged"] = [str(p) for p in opts.merge]
+    opts.out.write_text(json.dumps({"meta": meta, "rows": rows, "table": table}, indent=2) + "\n")
+    bad = any(r[c] for r in rows for c in ERROR_COLUMNS) or not all(r["exit_codes_ok"] for r in rows)
+    return 1 if opts.check and bad else 0
+
+
+def _measure(opts: argparse.Namespace) -> list[dict]:
     random.seed(opts.seed)
     storages = [s for s in opts.storages.split(",") if s]
     if "postgresql" in storages and not os.environ.get("GRPO_LAB_TEST_POSTGRES_URL"):
@@ -156,25 +181,23 @@ def main() -> int:
     finally:
         if hog is not None:
             hog.kill()
-    table = _table(rows)
-    print(table)
-    out = opts.out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"machine": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()}
-    meta["git"] = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    out.write_text(json.dumps({"meta": meta, "rows": rows, "table": table}, indent=2) + "\n")
-    bad = any(r[c] for r in rows for c in ERROR_COLUMNS) or not all(r["exit_codes_ok"] for r in rows)
-    return 1 if opts.check and bad else 0
+    return rows
+
+
+def _rows(path: Path) -> list[dict]:
+    """The rows of an earlier run: its JSON result file, or the JSON lines it printed (a run cut short)."""
+    text = path.read_text()
+    if text.lstrip().startswith("{\n") or text.lstrip().startswith('{"meta"'):
+        return json.loads(text)["rows"]
+    return [json.loads(line) for line in text.splitlines() if line.startswith('{"storage"')]
 
 
 def _table(rows: list[dict]) -> str:
     header = (
         "| storage | workers | reps (killed) | trials expected/got | duplicates | overshoot | lost | running left "
-        "| short | wall s (median) |"
+        "| short | FAIL (killed) | exit codes ok | wall s (median) |"
     )
-    lines = [header, "|" + "---|" * 10]
+    lines = [header, "|" + "---|" * 12]
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["storage"], r["workers"]), []).append(r)
@@ -184,6 +207,7 @@ def _table(rows: list[dict]) -> str:
             f"| {kind} | {workers} | {len(rs)} ({sum(r['kill'] for r in rs)}) | "
             f"{sum(r['expected'] for r in rs)}/{sum(r['got'] for r in rs)} | "
             + " | ".join(str(sum(r[c] for r in rs)) for c in ("duplicates", "overshoot", "lost", "running", "short"))
+            + f" | {sum(r['failed'] for r in rs)} | {sum(r['exit_codes_ok'] for r in rs)}/{len(rs)}"
             + f" | {walls[len(walls) // 2]} |"
         )
     return "\n".join(lines)
