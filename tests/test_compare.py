@@ -72,28 +72,26 @@ def test_leaderboard_of_a_grid_matches_the_runs_files(grid, model_cache):
 def test_export_the_best_and_run_it_again(grid, model_cache):
     cwd, folder = grid
     name = f"best_{uuid.uuid4().hex[:8]}"
-    preset = REPO / "conf" / "experiment" / f"{name}.yaml"
-    try:
-        proc = compare([str(folder), "--export", name, "--no-plots"], cwd, model_cache)
-        assert proc.returncode == 0, proc.stderr
-        text = preset.read_text()
-        assert text.startswith("# @package _global_") and "Exported by" in text and "  - smoke" in text
-        best = next(csv.DictReader((folder / "leaderboard.csv").open()))
-        rerun_dir = cwd / "rerun"
-        rerun_dir.mkdir()
-        rerun = run_cli([f"experiment={name}"], rerun_dir, model_cache)
-        assert rerun.returncode == 0, rerun.stderr[-3000:]
-        (metrics_file,) = (rerun_dir / "outputs").rglob("metrics.json")
-        config = yaml.safe_load((metrics_file.parent / "config.yaml").read_text())
-        assert config["lr"] == pytest.approx(float(best["lr"]))
-        assert (
-            config["name"] == name and config["max_steps"] == 2 and config["objective"]["metric"] == "train/reward_end"
-        )
-        # A second export under the same name does not overwrite silently.
-        again = compare([str(folder), "--export", name, "--no-plots"], cwd, model_cache)
-        assert again.returncode == 2 and "exists already" in again.stderr
-    finally:
-        preset.unlink(missing_ok=True)
+    # Into the user's config folder ($GRPO_LAB_CONFIG, else ./conf), never into grpo_lab's own conf/.
+    preset = cwd / "conf" / "experiment" / f"{name}.yaml"
+    proc = compare([str(folder), "--export", name, "--no-plots"], cwd, model_cache)
+    assert proc.returncode == 0, proc.stderr
+    assert f"python -m grpo_lab --config-dir conf experiment={name}" in proc.stdout
+    assert not (REPO / "conf" / "experiment" / f"{name}.yaml").exists()
+    text = preset.read_text()
+    assert text.startswith("# @package _global_") and "Exported by" in text and "  - smoke" in text
+    best = next(csv.DictReader((folder / "leaderboard.csv").open()))
+    rerun_dir = cwd / "rerun"
+    rerun_dir.mkdir()
+    rerun = run_cli(["--config-dir", str(cwd / "conf"), f"experiment={name}"], rerun_dir, model_cache)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    (metrics_file,) = (rerun_dir / "outputs").rglob("metrics.json")
+    config = yaml.safe_load((metrics_file.parent / "config.yaml").read_text())
+    assert config["lr"] == pytest.approx(float(best["lr"]))
+    assert config["name"] == name and config["max_steps"] == 2 and config["objective"]["metric"] == "train/reward_end"
+    # A second export under the same name does not overwrite silently.
+    again = compare([str(folder), "--export", name, "--no-plots"], cwd, model_cache)
+    assert again.returncode == 2 and "exists already" in again.stderr
 
 
 def test_a_sweep_folder_compares_its_study(tmp_path, model_cache):

@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--group", help="the W&B group (with entity/project)")
     p.add_argument("--metric", default="eval_after/accuracy", help="objective for W&B groups (summary key)")
     p.add_argument("--direction", default="maximize", choices=("maximize", "minimize"))
-    p.add_argument("--export", metavar="NAME", help="write conf/experiment/NAME.yaml with the winner")
+    p.add_argument("--export", metavar="NAME", help="write experiment/NAME.yaml into $GRPO_LAB_CONFIG (else ./conf)")
     p.add_argument("--trial", type=int, help="with --export: this trial (needed for several objectives)")
     p.add_argument("--force", action="store_true", help="with --export: replace an existing preset")
     p.add_argument("--no-plots", action="store_true", help="only the leaderboard")
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.export:
             winner = export.pick(board, args.trial)
             preset = export.write_preset(board, winner, args.export, force=args.force)
-            print(redact(f"\nExported {preset}: re-run the winner with  python -m grpo_lab experiment={args.export}"))
+            print(redact(f"\nExported {preset}: re-run the winner with  {export.rerun_command(args.export)}"))
     except SourceError as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return 2

@@ -1,4 +1,7 @@
-"""Turn the winner into `conf/experiment/<NAME>.yaml`, a normal preset: `python -m grpo_lab experiment=NAME`."""
+"""Turn the winner into `<your config folder>/experiment/<NAME>.yaml`, a normal preset: `grpo-lab experiment=NAME`.
+
+The folder is `$GRPO_LAB_CONFIG`, else `./conf` (see :func:`grpo_lab.paths.export_dir`), never the installed package.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from typing import Any
 
 from grpo_lab.compare.leaderboard import Board
 from grpo_lab.compare.sources import RunRecord, SourceError
-from grpo_lab.paths import CONF_DIR, config_groups
+from grpo_lab.paths import config_groups, export_dir, on_search_path
 from grpo_lab.redact import MASK, redact
 
 
@@ -48,21 +51,19 @@ def _pareto(board: Board) -> list[int]:
 
 def _split(overrides: list[str]) -> tuple[str, list[tuple[str, str]], list[tuple[str, Any]]]:
     """(base experiment, group choices, key values) from a run's overrides."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from grpo_lab import overrides as ov
 
     groups = config_groups()
-    parser = OverridesParser.create()
     base = "quickstart"
     choices: list[tuple[str, str]] = []
     values: list[tuple[str, Any]] = []
-    for text in overrides:
-        override = parser.parse_override(text)
+    for override in ov.parse_all(ov.without(overrides, ov.Machinery.HYDRA)):
         key = override.key_or_group
         if key == "experiment":
             base = str(override.value())
-        elif key in groups:
+        elif ov.is_group(override, groups):
             choices.append((key, str(override.value())))
-        elif not key.startswith("hydra"):
+        else:
             values.append((key, override.value()))
     return base, choices, values
 
@@ -71,8 +72,8 @@ def write_preset(board: Board, run: RunRecord, name: str, *, force: bool = False
     from omegaconf import OmegaConf
 
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
-        raise SourceError(f"--export {name!r}: use letters, digits and _ (it becomes conf/experiment/{name}.yaml).")
-    path = CONF_DIR / "experiment" / f"{name}.yaml"
+        raise SourceError(f"--export {name!r}: use letters, digits and _ (it becomes experiment/{name}.yaml).")
+    path = export_dir() / "experiment" / f"{name}.yaml"
     if path.exists() and not force:
         raise SourceError(f"{path} exists already: choose another name or pass --force to replace it.")
     base, choices, values = _split(run.overrides)
@@ -94,7 +95,7 @@ def write_preset(board: Board, run: RunRecord, name: str, *, force: bool = False
         "# @package _global_",
         f"# Exported by `python -m grpo_lab.compare --export {name}` on {dt.date.today().isoformat()}:",
         f"# the best {what} of {board.source.label},",
-        f"# {objective} ({direction} {metric}). Re-run it: python -m grpo_lab experiment={name}",
+        f"# {objective} ({direction} {metric}). Re-run it: {rerun_command(name)}",
         *([f"# Secrets are masked ({MASK}): set them again, e.g. `key: ${{oc.env:MY_KEY}}`."] if MASK in text else []),
         "defaults:",
         f"  - {base}",
@@ -102,5 +103,20 @@ def write_preset(board: Board, run: RunRecord, name: str, *, force: bool = False
         "  - _self_",
         "",
     ]
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(redact("\n".join(header)) + text, encoding="utf-8")
     return path
+
+
+def rerun_command(name: str) -> str:
+    """The command that runs preset `name` once exported: `--config-dir` only if its folder is not searched anyway."""
+    folder = export_dir()
+    flag = "" if on_search_path(folder) else f"--config-dir {_shown(folder)} "
+    return f"python -m grpo_lab {flag}experiment={name}"
+
+
+def _shown(folder: Path) -> str:
+    try:
+        return str(folder.relative_to(Path.cwd()))
+    except ValueError:
+        return str(folder)
