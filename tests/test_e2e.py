@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grpo_lab.wandb_files import find_runs, read_run
+from wandb_files import find_runs, read_run
 
 from conftest import REPO, run_cli
 

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 
 from grpo_lab.errors import ConfigError
 from grpo_lab.launch import assign_gpus, visible_gpus
-from grpo_lab.wandb_files import find_runs, read_run
+from wandb_files import find_runs, read_run
 
 from conftest import REPO, cli_env, run_cli, run_prune_sweep
 

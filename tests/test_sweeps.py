@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 
 from grpo_lab.errors import ConfigError
 from grpo_lab.sweep.space import parse_space
-from grpo_lab.wandb_files import find_runs, read_run
+from wandb_files import find_runs, read_run
 
 from conftest import FAST, REPO, cli_env, load_study, run_cli, run_prune_sweep, sqlite_url, write_sweep
 from conftest import load_study as load_sqlite_study

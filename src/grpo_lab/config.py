@@ -635,8 +635,3 @@ def to_grpo_config(run: RunConfig, *, output_dir: str, report_to: list[str], run
         return GRPOConfig(**kwargs)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"TRL rejected the trainer settings: {e}") from e
-
-
-def as_dict(run: RunConfig) -> dict[str, Any]:
-    """The validated config as plain nested data (for W&B and the run folder)."""
-    return dataclasses.asdict(run)

@@ -22,12 +22,14 @@ class EvalResult:
     mean_length: float  # completion tokens
     samples: list[dict[str, Any]]
 
+    def scores(self) -> dict[str, float]:
+        """accuracy, format and mean_length (`config.EVAL_METRICS`): what a periodic evaluation reports."""
+        return {"accuracy": self.accuracy, "format": self.format, "mean_length": self.mean_length}
+
     def metrics(self, prefix: str) -> dict[str, float]:
-        return {
-            f"{prefix}/accuracy": self.accuracy,
-            f"{prefix}/format": self.format,
-            f"{prefix}/mean_length": self.mean_length,
-            f"{prefix}/num_samples": float(self.num_samples),
+        """The scores and the sample count as metrics.json keys, e.g. `eval_after/accuracy`."""
+        return {f"{prefix}/{k}": v for k, v in self.scores().items()} | {
+            f"{prefix}/num_samples": float(self.num_samples)
         }
 
 

@@ -15,7 +15,6 @@ and stops by itself.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -170,7 +169,7 @@ def run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) ->
 
 def _run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) -> Any:
     from grpo_lab import models, records
-    from grpo_lab.train import result_from_metrics, resume_context
+    from grpo_lab.train import resume_context
 
     ctx, _ = resume_context(cfg, ctx)  # resume=<folder>: fails here, before launching, if it has no checkpoint
     launch_dir = ctx.run_dir / "launch"
@@ -187,7 +186,7 @@ def _run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) -
     job_file = launch_dir / "job.json"
     # The main child records the run in metrics.json, as a single-process run does: that is the result.
     # A resumed run's old metrics.json stays until then (the children read its W&B id); only a fresh one counts.
-    metrics_file = ctx.run_dir / "metrics.json"
+    metrics_file = ctx.run_dir / records.METRICS
     stale = metrics_file.read_bytes() if metrics_file.exists() else None
     job = {
         "config": ctx.resolved_config,  # the composed config, as the parent validated it
@@ -222,7 +221,7 @@ def _run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) -
         finally:
             pump.join(timeout=10)
     fresh = metrics_file.exists() and metrics_file.read_bytes() != stale
-    result = result_from_metrics(json.loads(metrics_file.read_text()), ctx.run_dir) if fresh else None
+    result = records.read_result(ctx.run_dir) if fresh else None
     if result is not None and result.status == "pruned":
         import optuna
 
@@ -244,9 +243,8 @@ def _check_interrupted_record(cfg: RunConfig, ctx: Any, metrics_file: Path, stal
 
     if metrics_file.exists() and metrics_file.read_bytes() != stale:
         return
-    history = ctx.run_dir / "history.jsonl"
-    lines = history.read_text(encoding="utf-8").splitlines() if history.exists() else []
-    step = json.loads(lines[-1]).get("step", 0) if lines else 0
+    rows = records.read_history(ctx.run_dir)
+    step = rows[-1].get("step", 0) if rows else 0
     name = interrupts.signal_name(signum)
     log.warning("The main process left no record: %s says interrupted by %s at step %d.", metrics_file, name, step)
     records.write_json(

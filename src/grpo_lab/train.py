@@ -1,8 +1,11 @@
 """`run(cfg, ctx) -> RunResult`: one GRPO training job, top to bottom.
 
-seed -> data -> rewards -> model source check -> GRPOConfig -> W&B -> model -> eval before ->
-GRPOTrainer.train -> eval after -> save -> metrics.json. No argv or environment reading: the CLI
-passes everything in, so a test can call this directly.
+Stages, in order: set up (resume point, model source check, data, rewards, GRPOConfig: everything that
+can fail from bad input, before W&B or a model) -> track (W&B run, sweep trial) -> load the model ->
+evaluate before -> train (GRPOTrainer, history.jsonl live, periodic evals, pruning) -> save -> evaluate
+after -> record. One :class:`Recorder` keeps the run's metrics and closes it, finished, failed, pruned
+or interrupted: metrics.json (grpo_lab.records) and the tracker's end, in one place. No argv or
+environment reading: the CLI passes everything in, so a test can call this directly.
 
 Ctrl-C or SIGTERM (grpo_lab.interrupts) ends a run as `interrupted`, with the signal and the step reached;
 `resume=<run folder>` continues such a run from its last `trainer/checkpoint-*`, in the same folder and
@@ -11,21 +14,23 @@ the same W&B run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-import re
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from grpo_lab import data as data_mod
 from grpo_lab import interrupts, models, records
 from grpo_lab.config import RunConfig, to_grpo_config
-from grpo_lab.errors import ConfigError
+from grpo_lab.errors import ConfigError, GrpoLabError
 from grpo_lab.evaluate import EvalResult, evaluate
+from grpo_lab.records import RunResult
 from grpo_lab.rewards import build_rewards
-from grpo_lab.tracking import Tracker, TrackerInfo
+from grpo_lab.tracking import Tracker
 
 log = logging.getLogger("grpo_lab")
 
@@ -59,44 +64,7 @@ class Objective(float):
         return (Objective, (float(self), self.metrics))
 
 
-@dataclass
-class RunResult:
-    status: str  # finished | failed | pruned | interrupted
-    objective: float
-    objective_metric: str
-    metrics: dict[str, float]
-    run_dir: Path
-    run_name: str
-    tracker: TrackerInfo
-    history: list[dict[str, Any]] = field(default_factory=list)
-    durations: dict[str, float] = field(default_factory=dict)
-    error: str | None = None
-
-
-def result_from_metrics(data: dict[str, Any], run_dir: Path) -> RunResult:
-    """A RunResult from a run folder's metrics.json (how a multi-process job's parent learns the result)."""
-
-    def number(value: Any) -> float:
-        return float(value) if value is not None else float("nan")  # NaN is stored as the string "nan"
-
-    objective = data.get("objective") or {}
-    return RunResult(
-        status=data["status"],
-        objective=number(objective.get("value")),
-        objective_metric=objective.get("metric", ""),
-        metrics={k: number(v) for k, v in (data.get("metrics") or {}).items()},
-        run_dir=run_dir,
-        run_name=data.get("run_name", ""),
-        tracker=TrackerInfo(**(data.get("wandb") or {"mode": "disabled"})),
-        durations=data.get("durations_s") or {},
-        error=data.get("error") or data.get("pruned"),
-    )
-
-
 # ------------------------------------------------------------------------------------------- resume
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-
-
 @dataclass(frozen=True)
 class Resume:
     """Where `resume=<run folder>` continues: the folder, its last complete checkpoint, the W&B run."""
@@ -113,37 +81,14 @@ def find_resume(folder: str) -> Resume:
     run_dir = Path(folder).expanduser().resolve()
     if not run_dir.is_dir():
         raise ConfigError(f"resume={folder}: no such run folder.")
-    trainer_dir = run_dir / "trainer"
-    found = [
-        (int(m.group(1)), p)
-        for p in (trainer_dir.iterdir() if trainer_dir.is_dir() else [])
-        if (m := _CHECKPOINT.match(p.name)) and (p / "trainer_state.json").is_file()  # written last: complete
-    ]
-    if not found:
-        raise ConfigError(f"no checkpoint in {trainer_dir}: run with trainer.save_strategy=steps trainer.save_steps=N")
-    step, checkpoint = max(found)
-    metrics_file = run_dir / "metrics.json"
-    previous = records.read_json(metrics_file) if metrics_file.is_file() else {}
-    wandb_id = (previous.get("wandb") or {}).get("run_id")
-    if wandb_id is None:  # no metrics.json (SIGKILL): the W&B folder's name ends with the run id
-        runs = sorted((run_dir / "wandb").glob("*run-*-*"))
-        wandb_id = runs[-1].name.rsplit("-", 1)[1] if runs else None
-    return Resume(run_dir, checkpoint, step, wandb_id, previous)
-
-
-def _resumed_history(path: Path, upto: int) -> list[dict[str, Any]]:
-    """The history rows up to the checkpoint's step; later rows (logged after the last checkpoint,
-    before the interruption) are trained again, so they are dropped from the file."""
-    import json
-
-    if not path.exists():
-        return []
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    rows = [r for r in rows if r.get("step", 0) <= upto]
-    path.unlink()
-    for row in rows:
-        records.append_jsonl(path, row)
-    return rows
+    found = records.last_checkpoint(run_dir)
+    if found is None:
+        raise ConfigError(
+            f"no checkpoint in {run_dir / records.TRAINER}: run with trainer.save_strategy=steps trainer.save_steps=N"
+        )
+    step, checkpoint = found
+    previous = records.read_metrics(run_dir) or {}
+    return Resume(run_dir, checkpoint, step, records.wandb_run_id(run_dir, previous), previous)
 
 
 def resume_context(cfg: RunConfig, ctx: RunContext) -> tuple[RunContext, Resume | None]:
@@ -158,22 +103,29 @@ def resume_context(cfg: RunConfig, ctx: RunContext) -> tuple[RunContext, Resume 
     return dataclasses.replace(ctx, run_dir=point.run_dir, run_name=name), point
 
 
-def _history_callback(path: Path, rows: list[dict[str, Any]]) -> Any:
-    """A TrainerCallback that appends each log to history.jsonl as it happens (survives a crash)."""
+def _resume_hint(run_dir: Path) -> str:
+    try:
+        point = find_resume(str(run_dir))
+    except GrpoLabError:
+        return ""
+    return f" Continue it from step {point.step} with `resume={run_dir}`."
+
+
+# ---------------------------------------------------------------------------------------- callbacks
+def _history_callback(recorder: Recorder) -> Any:
+    """A TrainerCallback that records each log as it happens (history.jsonl survives a crash)."""
     from transformers import TrainerCallback
 
     class HistoryWriter(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and state.is_world_process_zero and "reward" in logs:
-                row = {"step": state.global_step, **logs}
-                rows.append(row)
-                records.append_jsonl(path, row)
+                recorder.log_step({"step": state.global_step, **logs})
 
     return HistoryWriter()
 
 
 # Shown beside TRL's progress bar instead of a 40-key dict per step (the full logs go to W&B and history.jsonl).
-_BAR_KEYS = {"reward": "reward", "reward_std": "std", "kl": "kl", "completions/mean_length": "len"}
+_BAR_KEYS = {h.key: h.short for h in records.HEADLINES}
 
 
 def _quiet_progress_bar() -> Any:
@@ -190,10 +142,9 @@ def _quiet_progress_bar() -> Any:
     return MetricsProgressBar
 
 
-def _monitor_callback(
-    cfg: RunConfig, tracker: Tracker, eval_set: Any, reporter: Any, evals: list, stop: dict[str, bool]
-) -> Any:
-    """Periodic held-out evaluation (`eval.every_n_steps`) and Optuna pruning, as one TrainerCallback.
+def _monitor_callback(cfg: RunConfig, recorder: Recorder, eval_set: Any, reporter: Any) -> Any:
+    """Periodic held-out evaluation (`eval.every_n_steps`) and Optuna pruning, as one TrainerCallback;
+    its `stopped` says whether the pruner stopped training.
 
     Only the main process evaluates and talks to Optuna; its decision to stop is broadcast at every log,
     so that all processes stop at the same step.
@@ -201,7 +152,8 @@ def _monitor_callback(
     from transformers import TrainerCallback
 
     class TrainingMonitor(TrainerCallback):
-        pending = False
+        pending = False  # the main process's decision, until the next log shares it
+        stopped = False  # every process: training stopped on the pruner's word
 
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
             every = cfg.eval.every_n_steps
@@ -209,9 +161,8 @@ def _monitor_callback(
             if not every or step % every or step >= state.max_steps or not state.is_world_process_zero:
                 return
             result = evaluate(model, processing_class, eval_set, cfg.eval, desc=f"eval at step {step}")
-            metrics = {"accuracy": result.accuracy, "format": result.format, "mean_length": result.mean_length}
-            evals.append({"step": step, **metrics})
-            tracker.log({f"eval/{k}": v for k, v in metrics.items()} | {"train/global_step": step})
+            metrics = result.scores()
+            recorder.log_eval(step, metrics)
             if reporter is not None and reporter.observe_eval(step, metrics):
                 self.pending = True
 
@@ -224,7 +175,7 @@ def _monitor_callback(
 
                 decision = broadcast_object_list([decision], from_process=0)[0]
             if decision:
-                stop["pruned"] = True
+                self.stopped = True
                 control.should_training_stop = True
 
     return TrainingMonitor()
@@ -252,245 +203,282 @@ def training_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def _save_eval(run_dir: Path, name: str, result: EvalResult) -> None:
-    path = run_dir / f"{name}.jsonl"
-    path.unlink(missing_ok=True)
-    for sample in result.samples:
-        records.append_jsonl(path, sample)
+# ----------------------------------------------------------------------------------------- set up
+@dataclass
+class _Job:
+    """What the set-up stage built from the config, before W&B or a model."""
+
+    cfg: RunConfig
+    ctx: RunContext  # with `resume=`, the resumed run's folder and name
+    resume: Resume | None
+    pair: Any  # data.DatasetPair: train and held-out eval
+    reward_funcs: list[Any]
+    tracker: Tracker
+    grpo_args: Any  # trl.GRPOConfig
+
+    @property
+    def main(self) -> bool:
+        """With several processes (grpo_lab.launch), only the main one records, tracks, evaluates and reports."""
+        return self.grpo_args.process_index == 0
 
 
-def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
-    """One job; SIGINT/SIGTERM raise `interrupts.Interrupted` meanwhile (the run is recorded as interrupted)."""
-    with interrupts.handling():
-        return _run(cfg, ctx)
-
-
-def _run(cfg: RunConfig, ctx: RunContext) -> RunResult:
-    started = time.monotonic()
-    durations: dict[str, float] = {}
-
-    # Everything that can fail from bad input fails here, before W&B or a model.
+def _set_up(cfg: RunConfig, ctx: RunContext) -> _Job:
+    """Everything that can fail from bad input fails here, before W&B or a model."""
     ctx, resume = resume_context(cfg, ctx)
-    run_dir = ctx.run_dir
-    source = models.resolve_source(cfg.model.name_or_path)
-    models.check_available(source)
+    models.check_available(models.resolve_source(cfg.model.name_or_path))
     pair = data_mod.load_datasets(cfg.data)
     reward_funcs = build_rewards(cfg.reward.functions)
     tracker = Tracker(
         cfg.logger,
-        run_dir=run_dir,
+        run_dir=ctx.run_dir,
         name=ctx.run_name,
         group=ctx.group,
         tags=[cfg.name, *cfg.logger.tags, *ctx.extra_tags],
     )
     grpo_args = to_grpo_config(
-        cfg, output_dir=str(run_dir / "trainer"), report_to=tracker.report_to, run_name=ctx.run_name
+        cfg, output_dir=str(ctx.run_dir / records.TRAINER), report_to=tracker.report_to, run_name=ctx.run_name
     )
-    durations["setup"] = time.monotonic() - started
-    # With several processes (grpo_lab.launch), only the main one records, tracks, evaluates and reports.
-    main = grpo_args.process_index == 0
-    if main:
-        records.write_start(run_dir, ctx.resolved_config, ctx.overrides)
+    return _Job(cfg, ctx, resume, pair, reward_funcs, tracker, grpo_args)
 
-    rows: list[dict[str, Any]] = []
-    evals: list[dict[str, Any]] = []
-    stop = {"pruned": False}
-    metrics: dict[str, float] = {}
-    record: dict[str, Any] = {}  # extra metrics.json keys
-    trainer: Any = None
-    history_path = run_dir / "history.jsonl"
-    if resume is not None:
-        record["resumed_from"] = {"checkpoint": str(resume.checkpoint), "step": resume.step}
-        log.info("Resuming from %s (step %d).", resume.checkpoint, resume.step)
-    try:
-        reporter = None
-        if cfg.trial is not None and main:
-            from grpo_lab.sweep.trial import TrialReporter, intermediate_source
 
-            reporter = TrialReporter(cfg.trial, intermediate_source(cfg))
+# --------------------------------------------------------------------------------------- recorder
+class Recorder:
+    """The run's record: its metrics, logged steps, periodic evaluations and durations, and the one place
+    that ends it (metrics.json, then the tracker's summary and finish) as finished, failed, pruned or
+    interrupted. Only the main process writes; the others keep nothing."""
 
-        if main:
-            tracker.start(
-                ctx.resolved_config | {"world_size": grpo_args.world_size, "launcher": cfg.launcher.kind},
-                resume_id=resume.wandb_id if resume is not None else None,
-            )
-        if not tracker.report_to:
-            grpo_args.report_to = []
+    def __init__(self, job: _Job, started: float) -> None:
+        self.job = job
+        self.main = job.main
+        self.started = started
+        self.durations: dict[str, float] = {"setup": time.monotonic() - started}
+        self.metrics: dict[str, float] = {}
+        self.rows: list[dict[str, Any]] = []  # history.jsonl
+        self.evals: list[dict[str, Any]] = []  # eval_periodic.jsonl
+        self.extra: dict[str, Any] = {}  # more metrics.json keys: resumed_from, params
+        self.trainer: Any = None  # for the step reached when interrupted
+        self.closed = False
 
-        from transformers import set_seed
-        from trl import GRPOTrainer
+    def start(self) -> None:
+        """The run folder's first files (config, overrides, environment)."""
+        job = self.job
+        if self.main:
+            records.write_start(job.ctx.run_dir, job.ctx.resolved_config, job.ctx.overrides)
+        if job.resume is not None:
+            self.extra["resumed_from"] = {"checkpoint": str(job.resume.checkpoint), "step": job.resume.step}
+            log.info("Resuming from %s (step %d).", job.resume.checkpoint, job.resume.step)
 
-        set_seed(cfg.seed)
+    @contextlib.contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        """`durations_s[stage]`, for a stage that completes."""
         t = time.monotonic()
-        model, tokenizer = models.load_model_and_tokenizer(cfg.model, ctx.cache_dir)
-        total, trainable = models.count_parameters(model)
-        durations["model_load"] = time.monotonic() - t
-        log.info("Model %s: %s parameters", cfg.model.name_or_path, f"{total:,}")
+        yield
+        self.durations[stage] = time.monotonic() - t
 
-        if resume is not None:  # the evaluation before training belongs to the first part of the run
-            before_keys = (resume.previous.get("metrics") or {}).items()
-            metrics |= {k: float(v) for k, v in before_keys if k.startswith("eval_before/") and v is not None}
-        elif cfg.eval.before and main:
-            t = time.monotonic()
-            before = evaluate(model, tokenizer, pair.eval, cfg.eval, desc="eval before")
-            durations["eval_before"] = time.monotonic() - t
-            metrics |= before.metrics("eval_before")
-            _save_eval(run_dir, "eval_before", before)
-            tracker.log({k: v for k, v in metrics.items()})
+    def restart_logs(self) -> None:
+        """history.jsonl and eval_periodic.jsonl start empty, or, resumed, keep the rows up to the checkpoint."""
+        if not self.main:
+            return
+        upto = self.job.resume.step if self.job.resume is not None else None
+        self.rows.extend(records.restart_jsonl(self.job.ctx.run_dir / records.HISTORY, upto))
+        self.evals.extend(records.restart_jsonl(self.job.ctx.run_dir / records.EVAL_PERIODIC, upto))
 
-        if main and resume is not None:
-            rows.extend(_resumed_history(history_path, resume.step))
-        elif main:
-            history_path.unlink(missing_ok=True)
-        trainer = GRPOTrainer(
-            model=model,
-            processing_class=tokenizer,
-            reward_funcs=reward_funcs,
-            args=grpo_args,
-            train_dataset=pair.train,
-            peft_config=models.lora_config(cfg.model),
-            callbacks=[
-                _history_callback(history_path, rows),
-                _monitor_callback(cfg, tracker, pair.eval, reporter, evals, stop),
-            ],
-        )
-        if not grpo_args.disable_tqdm:
-            from transformers.trainer_callback import ProgressCallback
+    def log_step(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        records.append_jsonl(self.job.ctx.run_dir / records.HISTORY, row)
 
-            trainer.remove_callback(ProgressCallback)
-            trainer.add_callback(_quiet_progress_bar())
-        t = time.monotonic()
-        trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume is not None else None)
-        durations["train"] = time.monotonic() - t
-        metrics |= training_metrics(rows)
-        if stop["pruned"]:
-            if main:
-                return _pruned(cfg, ctx, tracker, reporter, metrics, rows, durations, started)
-            return RunResult("pruned", float("nan"), cfg.objective.metric, {}, run_dir, ctx.run_name, tracker.info)
+    def log_eval(self, step: int, metrics: dict[str, float]) -> None:
+        """A periodic evaluation: eval_periodic.jsonl now, metrics.json's `eval_periodic` at the end, W&B."""
+        row = {"step": step, **metrics}
+        self.evals.append(row)
+        records.append_jsonl(self.job.ctx.run_dir / records.EVAL_PERIODIC, row)
+        self.job.tracker.log({f"eval/{k}": v for k, v in metrics.items()} | {"train/global_step": step})
 
-        if cfg.output.save_model:  # every process: sharded (DeepSpeed/FSDP) weights are gathered here
-            trainer.save_model(str(run_dir / "model"))
-            if main:
-                tokenizer.save_pretrained(str(run_dir / "model"))
-        if not main:
-            return RunResult("finished", float("nan"), cfg.objective.metric, {}, run_dir, ctx.run_name, tracker.info)
+    def add_eval(self, name: str, result: EvalResult) -> None:
+        """An evaluation before or after training: its metrics, and its graded completions as `<name>.jsonl`."""
+        self.metrics |= result.metrics(name)
+        records.write_eval(self.job.ctx.run_dir, name, result.samples)
 
-        if cfg.eval.after:
-            t = time.monotonic()
-            after = evaluate(trainer.model, tokenizer, pair.eval, cfg.eval, desc="eval after")
-            durations["eval_after"] = time.monotonic() - t
-            metrics |= after.metrics("eval_after")
-            _save_eval(run_dir, "eval_after", after)
-
-        objective = metrics.get(cfg.objective.metric, float("nan"))
-        if cfg.objective.metric not in metrics:
-            log.warning(
-                "Objective metric %r was not produced by this run (e.g. eval.after=false); it is NaN.",
-                cfg.objective.metric,
-            )
-        durations["total"] = time.monotonic() - started
-        result = RunResult(
-            status="finished",
-            objective=objective,
-            objective_metric=cfg.objective.metric,
-            metrics=metrics,
-            run_dir=run_dir,
-            run_name=ctx.run_name,
-            tracker=tracker.info,
-            history=rows,
-            durations=durations,
-        )
-        _write_metrics(result, params={"total": total, "trainable": trainable}, **record)
-        tracker.summarize({**metrics, "objective": objective, "status": "finished"})
-        tracker.finish(failed=False)
-        return result
-    except BaseException as e:
-        signum = interrupts.signal_of(e)
-        if stop["pruned"] or not main:
-            if signum is not None and not isinstance(e, KeyboardInterrupt):
-                raise interrupts.Interrupted(signum) from e
-            raise  # pruned: recorded already; other processes: the main one records
-        durations["total"] = time.monotonic() - started
-        status = "failed" if signum is None else "interrupted"
-        failed = RunResult(
+    def result(self, status: str, objective: float = float("nan"), **metrics: float) -> RunResult:
+        job = self.job
+        return RunResult(
             status=status,
-            objective=float("nan"),
-            objective_metric=cfg.objective.metric,
-            metrics=metrics | training_metrics(rows),
-            run_dir=run_dir,
-            run_name=ctx.run_name,
-            tracker=tracker.info,
-            history=rows,
-            durations=durations,
+            objective=objective,
+            objective_metric=job.cfg.objective.metric,
+            metrics=self.metrics | training_metrics(self.rows) | metrics if self.main else {},
+            run_dir=job.ctx.run_dir,
+            run_name=job.ctx.run_name,
+            tracker=job.tracker.info,
+            history=self.rows,
+            durations=self.durations,
         )
+
+    def _close(self, result: RunResult, summary: dict[str, Any], *, exit_code: int, **extra: Any) -> RunResult:
+        """metrics.json, then the tracker's summary and end: the one place a run is closed."""
+        result.durations["total"] = time.monotonic() - self.started
+        periodic = {"eval_periodic": self.evals} if self.evals else {}
+        records.write_metrics(result, **extra, **self.extra, **periodic)
+        self.closed = True  # a failure to write it (a full disk) is recorded as failed, if it can be
+        self.job.tracker.summarize(summary)
+        self.job.tracker.finish(failed=exit_code != 0, exit_code=exit_code)
+        return result
+
+    def finished(self) -> RunResult:
+        metric = self.job.cfg.objective.metric
+        if not self.main:
+            return self.result("finished")
+        if metric not in self.metrics:
+            log.warning("Objective metric %r was not produced by this run (e.g. eval.after=false); it is NaN.", metric)
+        result = self.result("finished", self.metrics.get(metric, float("nan")))
+        summary = {**result.metrics, "objective": result.objective, "status": "finished"}
+        return self._close(result, summary, exit_code=0)
+
+    def pruned(self, reporter: Any) -> NoReturn:
+        """Training stopped early on the pruner's word: record it, close W&B tagged `pruned`, and raise
+        `optuna.TrialPruned` for the sweeper."""
+        from grpo_lab.sweep.trial import pruned_error
+
+        step, value = reporter.last or (0, float("nan"))
+        error = pruned_error(reporter)
+        result = self.result("pruned", **{"pruned/step": float(step), "pruned/intermediate_value": value})
+        self.job.tracker.add_tags("pruned")
+        summary = {"status": "pruned", "pruned/step": step, "pruned/intermediate_value": value}
+        self._close(result, summary, exit_code=0, pruned=str(error))
+        raise error
+
+    def close_on(self, error: BaseException) -> BaseException:
+        """Record a run that raised as failed or interrupted; returns the exception to raise (an interrupt
+        seen through another exception, e.g. a collective that failed on a peer's signal, as Interrupted)."""
+        signum = interrupts.signal_of(error)
+        as_interrupt = (
+            error if signum is None or isinstance(error, KeyboardInterrupt) else interrupts.Interrupted(signum)
+        )
+        if self.closed or not self.main:  # pruned: recorded already; other processes: the main one records
+            return as_interrupt
         if signum is None:
-            error = f"{type(e).__name__}: {e}"
-            _write_metrics(failed, error=error, **record)
-            tracker.summarize({"status": "failed", "error": error})
-            tracker.finish(failed=True)
-            raise
+            message = f"{type(error).__name__}: {error}"
+            self._close(self.result("failed"), {"status": "failed", "error": message}, exit_code=1, error=message)
+            return error
         # The trainer's step (a resumed one is 0 until its checkpoint is loaded), else the last logged one.
-        step = max(trainer.state.global_step if trainer is not None else 0, rows[-1]["step"] if rows else 0)
+        trained = self.trainer.state.global_step if self.trainer is not None else 0
+        step = max(trained, self.rows[-1]["step"] if self.rows else 0)
         name = interrupts.signal_name(signum)
-        _write_metrics(failed, interrupted={"signal": name, "step": step}, **record)
-        tracker.summarize({"status": "interrupted", "interrupted/signal": name, "interrupted/step": step})
-        tracker.finish(failed=True, exit_code=128 + signum)
+        summary = {"status": "interrupted", "interrupted/signal": name, "interrupted/step": step}
+        self._close(
+            self.result("interrupted"), summary, exit_code=128 + signum, interrupted={"signal": name, "step": step}
+        )
+        run_dir = self.job.ctx.run_dir
         log.warning(
             "Interrupted by %s at step %d of %d: %s records it.%s",
             name,
             step,
-            cfg.max_steps,
-            run_dir / "metrics.json",
+            self.job.cfg.max_steps,
+            run_dir / records.METRICS,
             _resume_hint(run_dir),
         )
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        raise interrupts.Interrupted(signum) from e
+        return as_interrupt
 
 
-def _resume_hint(run_dir: Path) -> str:
-    try:
-        point = find_resume(str(run_dir))
-    except ConfigError:
-        return ""
-    return f" Continue it from step {point.step} with `resume={run_dir}`."
+# ----------------------------------------------------------------------------------------- stages
+def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
+    """One job; SIGINT/SIGTERM raise `interrupts.Interrupted` meanwhile (the run is recorded as interrupted)."""
+    with interrupts.handling():
+        started = time.monotonic()
+        job = _set_up(cfg, ctx)
+        recorder = Recorder(job, started)
+        recorder.start()
+        try:
+            return _train_and_evaluate(job, recorder)
+        except BaseException as e:
+            error = recorder.close_on(e)
+            if error is e:
+                raise
+            raise error from e
 
 
-def _pruned(cfg, ctx, tracker, reporter, metrics, rows, durations, started) -> RunResult:
-    """Training stopped early on the pruner's word: record it, close W&B tagged `pruned`, tell the sweeper."""
-    from grpo_lab.sweep.trial import pruned_error
+def _train_and_evaluate(job: _Job, recorder: Recorder) -> RunResult:
+    reporter = _start_tracking(job)
+    model, tokenizer = _load_model(job, recorder)
+    _evaluate_before(job, recorder, model, tokenizer)
+    trainer, pruned = _train(job, recorder, model, tokenizer, reporter)
+    if pruned:
+        if job.main:
+            recorder.pruned(reporter)
+        return recorder.result("pruned")
+    if job.cfg.output.save_model:  # every process: sharded (DeepSpeed/FSDP) weights are gathered here
+        trainer.save_model(str(job.ctx.run_dir / records.MODEL))
+        if job.main:
+            tokenizer.save_pretrained(str(job.ctx.run_dir / records.MODEL))
+    if job.main and job.cfg.eval.after:
+        with recorder.timed("eval_after"):
+            after = evaluate(trainer.model, tokenizer, job.pair.eval, job.cfg.eval, desc="eval after")
+        recorder.add_eval("eval_after", after)
+    return recorder.finished()
 
-    durations["total"] = time.monotonic() - started
-    step, value = reporter.last
-    error = pruned_error(reporter)
-    result = RunResult(
-        status="pruned",
-        objective=float("nan"),
-        objective_metric=cfg.objective.metric,
-        metrics=metrics | {"pruned/step": float(step), "pruned/intermediate_value": value},
-        run_dir=ctx.run_dir,
-        run_name=ctx.run_name,
-        tracker=tracker.info,
-        history=rows,
-        durations=durations,
+
+def _start_tracking(job: _Job) -> Any:
+    """The sweep trial's reporter (main process, in a sweep) and the W&B run; returns the reporter or None."""
+    reporter = None
+    if job.cfg.trial is not None and job.main:
+        from grpo_lab.sweep.trial import TrialReporter, intermediate_source
+
+        reporter = TrialReporter(job.cfg.trial, intermediate_source(job.cfg))
+    if job.main:
+        job.tracker.start(
+            job.ctx.resolved_config | {"world_size": job.grpo_args.world_size, "launcher": job.cfg.launcher.kind},
+            resume_id=job.resume.wandb_id if job.resume is not None else None,
+        )
+    if not job.tracker.report_to:
+        job.grpo_args.report_to = []
+    return reporter
+
+
+def _load_model(job: _Job, recorder: Recorder) -> tuple[Any, Any]:
+    from transformers import set_seed
+
+    set_seed(job.cfg.seed)
+    with recorder.timed("model_load"):
+        model, tokenizer = models.load_model_and_tokenizer(job.cfg.model, job.ctx.cache_dir)
+        total, trainable = models.count_parameters(model)
+    recorder.extra["params"] = {"total": total, "trainable": trainable}
+    log.info("Model %s: %s parameters", job.cfg.model.name_or_path, f"{total:,}")
+    return model, tokenizer
+
+
+def _evaluate_before(job: _Job, recorder: Recorder, model: Any, tokenizer: Any) -> None:
+    if job.resume is not None:  # the evaluation before training belongs to the first part of the run
+        before = (job.resume.previous.get("metrics") or {}).items()
+        recorder.metrics |= {k: float(v) for k, v in before if k.startswith("eval_before/") and v is not None}
+    elif job.cfg.eval.before and job.main:
+        with recorder.timed("eval_before"):
+            before_eval = evaluate(model, tokenizer, job.pair.eval, job.cfg.eval, desc="eval before")
+        recorder.add_eval("eval_before", before_eval)
+        job.tracker.log(dict(recorder.metrics))
+
+
+def _train(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, reporter: Any) -> tuple[Any, bool]:
+    """GRPOTrainer.train; returns the trainer and whether the pruner stopped it."""
+    from trl import GRPOTrainer
+
+    recorder.restart_logs()
+    monitor = _monitor_callback(job.cfg, recorder, job.pair.eval, reporter)
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=job.reward_funcs,
+        args=job.grpo_args,
+        train_dataset=job.pair.train,
+        peft_config=models.lora_config(job.cfg.model),
+        callbacks=[_history_callback(recorder), monitor],
     )
-    _write_metrics(result, pruned=str(error))
-    tracker.add_tags("pruned")
-    tracker.summarize({"status": "pruned", "pruned/step": step, "pruned/intermediate_value": value})
-    tracker.finish(failed=False)
-    raise error
+    recorder.trainer = trainer
+    if not job.grpo_args.disable_tqdm:
+        from transformers.trainer_callback import ProgressCallback
 
-
-def _write_metrics(result: RunResult, **extra: Any) -> None:
-    records.write_json(
-        result.run_dir / "metrics.json",
-        {
-            "status": result.status,
-            "run_name": result.run_name,
-            "objective": {"metric": result.objective_metric, "value": result.objective},
-            "metrics": result.metrics,
-            "durations_s": result.durations,
-            "wandb": vars(result.tracker),
-            **extra,
-        },
-    )
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(_quiet_progress_bar())
+    resume_from = str(job.resume.checkpoint) if job.resume is not None else None
+    with recorder.timed("train"):
+        trainer.train(resume_from_checkpoint=resume_from)
+    recorder.metrics |= training_metrics(recorder.rows)
+    return trainer, monitor.stopped

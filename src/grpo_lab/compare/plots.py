@@ -8,15 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from grpo_lab.compare.leaderboard import Board
+from grpo_lab.records import HEADLINES
 
 log = logging.getLogger("grpo_lab")
 
-CURVES = (
-    ("reward", "reward"),
-    ("reward_std", "reward std"),
-    ("kl", "KL to the reference"),
-    ("completions/mean_length", "mean completion length (tokens)"),
-)
+CURVES = tuple((h.key, h.title) for h in HEADLINES)  # (history key, title): one 2x2 panel each
 
 
 def _matplotlib() -> Any:
