@@ -17,8 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_lab import config as config_mod
 from grpo_lab import interrupts
+from grpo_lab import overrides as ov
 from grpo_lab.errors import describe
-from grpo_lab.paths import CONF_DIR, SWEEPS_DIR, cache_dir, config_groups
+from grpo_lab.paths import CONF_DIR, CONFIG_ENV, SWEEPS_DIR, cache_dir, config_groups, sweep_files
 from grpo_lab.redact import redact
 
 log = logging.getLogger("grpo_lab")
@@ -53,18 +54,19 @@ def register_sweeps() -> list[str]:
     """Offer every `sweeps/<name>.yaml` as the config group option `sweep=<name>`.
 
     Sweep definitions live in the top-level `sweeps/` folder, outside `conf/`; Hydra's search path can
-    only add roots, not rename a folder into a group, so they are stored in Hydra's ConfigStore.
+    only add roots, not rename a folder into a group, so they are stored in Hydra's ConfigStore. The user's
+    `$GRPO_LAB_CONFIG/sweeps/*.yaml` are stored after ours and replace same-named ones; a user's
+    `sweep/<name>.yaml` (under `--config-dir` or `$GRPO_LAB_CONFIG`) is found by Hydra itself.
     """
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
     names = []
-    for path in sorted(SWEEPS_DIR.glob("*.yaml")):
-        store.store(
-            group="sweep", name=path.stem, node=OmegaConf.load(path), package="_global_", provider="grpo_lab sweeps/"
-        )
+    for path in sweep_files():
+        provider = "grpo_lab sweeps/" if path.parent == SWEEPS_DIR else f"{CONFIG_ENV} sweeps/"
+        store.store(group="sweep", name=path.stem, node=OmegaConf.load(path), package="_global_", provider=provider)
         names.append(path.stem)
-    return names
+    return list(dict.fromkeys(names))
 
 
 register_sweeps()
@@ -76,34 +78,26 @@ def prepare_overrides(args: list[str]) -> tuple[list[str], list[str]]:
     Hydra refuses a key that is not already in the composed config with "Could not override"; we want
     our own validation to see it instead, so that it can name the nearest valid key, and so that any
     TRL GRPOConfig field can be set as `trainer.<field>=...` without listing all ~200 in YAML.
-    Group selections (`model=tiny`), `hydra.*` keys and explicit `+`/`~` overrides are left alone.
+    Group selections (`model=tiny`), `hydra.*` keys and explicit `+`/`~` overrides are left alone
+    (the rule is :func:`grpo_lab.overrides.normalise`).
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     groups = config_groups()
-    parser = OverridesParser.create()
-    out: list[str] = []
-    swept: list[str] = []
-    skip_next = False
-    for token in args:
-        if skip_next or token.startswith("-") or "=" not in token:
-            skip_next = token in _FLAGS_WITH_VALUE
-            out.append(token)
-            continue
-        override = parser.parse_override(token)
-        key = override.key_or_group
-        if override.is_sweep_override() and not key.startswith("hydra"):
-            swept.append(key.split("@")[0])
-        plain = not (token.startswith(("+", "~")))
-        is_group = key.split("@")[0] in groups or "/" in key
-        if plain and not is_group and not key.startswith("hydra.") and override.package is None:
-            token = "++" + token
-        out.append(token)
+    out, swept = list(args), []
+    for i in _override_positions(args):
+        override = ov.parse(args[i])
+        out[i] = ov.normalise(override, groups)
+        if key := ov.swept_key(override):
+            swept.append(key)
     return out, swept
 
 
-def _clean(override: str) -> str:
-    return override.lstrip("+")
+def _override_positions(args: list[str]) -> list[int]:
+    """Where the overrides are in argv: not the flags, nor the values of flags such as `--config-name NAME`."""
+    positions = []
+    for i, token in enumerate(args):
+        if "=" in token and not token.startswith("-") and (i == 0 or args[i - 1] not in _FLAGS_WITH_VALUE):
+            positions.append(i)
+    return positions
 
 
 def _job_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
@@ -112,16 +106,16 @@ def _job_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
     from hydra.types import RunMode
 
     hc = HydraConfig.get()
-    overrides = [_clean(o) for o in hc.overrides.task]
+    overrides = [ov.as_typed(o) for o in hc.overrides.task]
     swept = [k for k in os.environ.get(SWEPT_ENV, "").split(",") if k]
     multirun = hc.mode == RunMode.MULTIRUN
-    varied = [o for o in overrides if o.split("=", 1)[0] in swept] if multirun else []
+    varied = [o for o in overrides if ov.key(o) in swept] if multirun else []
     if cfg.logger.name:
         name = str(cfg.logger.name)
     elif varied:
         name = ",".join(varied)
     else:
-        shown = [o for o in overrides if not o.startswith("experiment=")]
+        shown = [o for o in overrides if ov.key(o) != "experiment"]
         name = cfg.name + (f"[{','.join(shown)}]" if shown else "")
     if cfg.logger.group:
         group = str(cfg.logger.group)
@@ -243,13 +237,11 @@ def main() -> None:
 def _resume_run_dir(args: list[str]) -> list[str]:
     """`resume=<run folder>` of a single run: Hydra's run dir becomes that folder, so that continuing a run
     does not leave a second, empty run folder behind (unless the user set `hydra.run.dir` themselves)."""
-    if "-m" in args or "--multirun" in args or any(a.startswith("hydra.run.dir=") for a in args):
+    given = ov.as_dict(args[i] for i in _override_positions(args))
+    resume = given.get("resume")
+    if "-m" in args or "--multirun" in args or "hydra.run.dir" in given or resume in (None, "", "None"):
         return args
-    for a in args:
-        key, _, value = a.lstrip("+").partition("=")
-        if key == "resume" and value not in ("", "null", "None") and Path(value).is_dir():
-            return [*args, f"hydra.run.dir={value}"]
-    return args
+    return [*args, ov.render("hydra.run.dir", str(resume))] if Path(str(resume)).is_dir() else args
 
 
 if __name__ == "__main__":

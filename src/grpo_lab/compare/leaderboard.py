@@ -17,44 +17,30 @@ from pathlib import Path
 from typing import Any
 
 from grpo_lab.compare.sources import RunRecord, Source
+from grpo_lab.overrides import as_dict
+from grpo_lab.records import HEADLINES
 from grpo_lab.redact import redact
 
 # (column, metrics key in metrics.json / W&B summary, history key)
-TRAIN_COLUMNS = (
-    ("reward", "train/reward", "reward"),
-    ("reward_std", "train/reward_std", "reward_std"),
-    ("kl", "train/kl", "kl"),
-    ("length", "train/completions/mean_length", "completions/mean_length"),
-)
+TRAIN_COLUMNS = tuple((h.column, h.metric, h.key) for h in HEADLINES)
 _WINDOW = 3
 
 
 def vary(runs: list[RunRecord]) -> list[str]:
-    """Fill `params` from the overrides where runs differ; returns the varied parameter names in order."""
-    parsed = []
-    for run in runs:
-        pairs = dict(o.split("=", 1) for o in run.overrides if "=" in o)
-        parsed.append({k.lstrip("+"): v for k, v in pairs.items()})
+    """Fill `params` from the overrides where runs differ (values typed by Hydra's grammar: `lr=1e-5` -> 1e-05);
+    returns the varied parameter names in order."""
+    parsed = [as_dict(run.overrides) for run in runs]
     keys: list[str] = []
     for p in parsed:
         keys += [k for k in p if k not in keys]
-    varied = [k for k in keys if len({p.get(k) for p in parsed}) > 1]
+    varied = [k for k in keys if len({repr(p[k]) if k in p else None for p in parsed}) > 1]
     for run, p in zip(runs, parsed, strict=True):
         if not run.params:
-            run.params = {k: _typed(p[k]) for k in varied if k in p}
+            run.params = {k: p[k] for k in varied if k in p}
     names: list[str] = []
     for run in runs:
         names += [k for k in run.params if k not in names]
     return names
-
-
-def _typed(text: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
 
 
 def _series(run: RunRecord, key: str) -> list[float]:

@@ -6,15 +6,16 @@ history.jsonl, overrides.yaml), so comparing needs no network even for offline W
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_lab import records
 from grpo_lab.errors import GrpoLabError
+from grpo_lab.overrides import render, user_overrides
+from grpo_lab.records import number as _number
 from grpo_lab.redact import MASK, redact, reveal, without_password
-from grpo_lab.sweep.report import is_machinery
 
 
 class SourceError(GrpoLabError):
@@ -50,50 +51,20 @@ class Source:
     study_name: str | None = None
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def _overrides(run_dir: Path) -> list[str]:
-    import yaml
-
-    path = run_dir / "overrides.yaml"
-    if not path.exists():
-        path = run_dir / ".hydra" / "overrides.yaml"
     try:
-        return [str(o).removeprefix("++") for o in (yaml.safe_load(path.read_text()) or [])]
-    except OSError:
+        return records.read_overrides(run_dir)
+    except records.RunFolderError:
         return []
-
-
-def _history(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "history.jsonl"
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash
-    return rows
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, str):  # NaN/inf are stored as strings in metrics.json
-        try:
-            value = float(value)
-        except ValueError:
-            return None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def read_run_dir(run_dir: Path) -> RunRecord:
-    """One run folder (a single run, a multirun job or a sweep trial), whatever state it ended in."""
-    data = _read_json(run_dir / "metrics.json") or {}
+    """One run folder (a single run, a multirun job or a sweep trial), whatever state it ended in; a damaged
+    metrics.json shows as `incomplete`, with the reason as its error."""
+    try:
+        data, damage = records.read_metrics(run_dir) or {}, None
+    except records.RunFolderError as e:
+        data, damage = {}, str(e)
     metrics = {k: v for k, v in ((k, _number(v)) for k, v in data.get("metrics", {}).items()) if v is not None}
     objective = _number((data.get("objective") or {}).get("value"))
     wandb = data.get("wandb") or {}
@@ -102,12 +73,12 @@ def read_run_dir(run_dir: Path) -> RunRecord:
         state=data.get("status", "incomplete"),
         objective=objective if objective is not None and math.isfinite(objective) else None,
         metrics=metrics,
-        overrides=[o for o in _overrides(run_dir) if not is_machinery(o)],
-        history=_history(run_dir),
+        overrides=user_overrides(_overrides(run_dir)),
+        history=records.read_history(run_dir),
         run_dir=run_dir,
         wandb=wandb.get("url") or wandb.get("run_path"),
         duration_s=_number((data.get("durations_s") or {}).get("total")),
-        error=data.get("error"),
+        error=data.get("error") or damage,
     )
 
 
@@ -123,12 +94,10 @@ def _natural(name: str) -> tuple[int, str]:
 
 
 def _objective_of(run_dir: Path) -> tuple[str, str]:
-    import yaml
-
     try:
-        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        config = records.read_config(run_dir) or {}
         return config["objective"]["metric"], config["objective"]["direction"]
-    except (OSError, KeyError, TypeError):
+    except (records.RunFolderError, KeyError, TypeError):
         return "eval_after/accuracy", "maximize"
 
 
@@ -194,7 +163,7 @@ def from_study(storage: str, study_name: str, out_dir: Path | None = None) -> So
         record.state = {"COMPLETE": "finished", "FAIL": "failed"}.get(t.state.name, t.state.name.lower())
         record.values = list(t.values) if t.values is not None else None
         record.objective = record.values[0] if record.values else None
-        record.overrides = [o.removeprefix("++") for o in t.user_attrs.get("overrides", []) if not is_machinery(o)]
+        record.overrides = user_overrides(t.user_attrs.get("overrides", []))
         record.params = dict(t.params)
         record.error = t.user_attrs.get("error") or record.error
         if t.datetime_start and t.datetime_complete:
@@ -239,19 +208,12 @@ def from_wandb(project_path: str, group: str, metric: str, direction: str, out_d
         summary = dict(r.summary)
         history = [
             {k.removeprefix("train/"): v for k, v in row.items()} | {"step": row.get("train/global_step")}
-            for row in r.scan_history(
-                keys=[
-                    "train/global_step",
-                    "train/reward",
-                    "train/reward_std",
-                    "train/kl",
-                    "train/completions/mean_length",
-                    "train/loss",
-                ]
-            )
+            for row in r.scan_history(keys=["train/global_step", *(h.metric for h in records.HEADLINES), "train/loss"])
         ]
         objective = _number(summary.get("objective"))
-        knobs = [f"{k}={r.config[k]}" for k in ("lr", "beta", "num_generations", "seed", "max_steps") if k in r.config]
+        knobs = [
+            render(k, r.config[k]) for k in ("lr", "beta", "num_generations", "seed", "max_steps") if k in r.config
+        ]
         runs.append(
             RunRecord(
                 name=r.name,

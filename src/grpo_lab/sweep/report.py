@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import shlex
 from pathlib import Path
 from typing import Any
 
+from grpo_lab.overrides import Machinery, user_overrides, without
 from grpo_lab.sweep.retention import model_path
-from grpo_lab.sweep.space import format_value
 
 
 def _fmt(value: Any) -> str:
@@ -62,24 +63,10 @@ def trials_table(study: Any, metrics: list[str]) -> str:
     return "\n".join(lines)
 
 
-# Overrides that say how a trial was run (set by the sweeper), not what it tried.
-MACHINERY_KEYS = ("sweep", "trial", "logger.name", "logger.group")
-
-
-def is_machinery(override: str) -> bool:
-    key = override.split("=", 1)[0].lstrip("+~")
-    return key in MACHINERY_KEYS or key.startswith("hydra")
-
-
 def rerun_command(overrides: list[str]) -> str:
-    """`python -m grpo_lab ...` for a trial: its overrides minus the sweep machinery."""
-    keep = []
-    for o in overrides:
-        if is_machinery(o):
-            continue
-        # `++` is how grpo_lab passes plain keys on; the CLI adds it again. A user's own `+` stays.
-        keep.append(o.removeprefix("++"))
-    return " ".join(["python", "-m", "grpo_lab", *keep])
+    """`python -m grpo_lab ...` for a trial, to paste into a shell: its overrides as a user types them
+    (the CLI adds the `++` again), minus the sweep machinery."""
+    return shlex.join(["python", "-m", "grpo_lab", *user_overrides(overrides)])
 
 
 def write_best(study: Any, path: Path, *, metrics: list[str], storage: str) -> Path | None:
@@ -100,7 +87,8 @@ def write_best(study: Any, path: Path, *, metrics: list[str], storage: str) -> P
                 "run_dir": t.user_attrs.get("run_dir"),
                 # Where its model is, if this trial kept one (hydra.sweeper.keep_models).
                 "model": str(model) if (model := model_path(t)) is not None and model.is_dir() else None,
-                "overrides": [o for o in overrides if not o.lstrip("+").startswith(("trial=", "hydra."))],
+                # As its job got them, less Hydra's settings and the sweeper's `trial=` (study, storage, id).
+                "overrides": without(overrides, Machinery.HYDRA, Machinery.TRIAL),
                 "command": rerun_command(overrides),
             }
         )
@@ -123,4 +111,4 @@ def write_best(study: Any, path: Path, *, metrics: list[str], storage: str) -> P
     return path
 
 
-__all__ = ["best_trials", "format_value", "rerun_command", "trials_table", "write_best"]
+__all__ = ["best_trials", "rerun_command", "trials_table", "write_best"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_lab import overrides as ov
 from grpo_lab.errors import ConfigError
 
 
@@ -31,23 +32,7 @@ class SearchSpace:
 
     def overrides_for(self, values: dict[str, Any]) -> list[str]:
         """The overrides that run one trial with these sampled values."""
-        return [*self.fixed, *(f"{p.key_element}={format_value(values[p.name])}" for p in self.params)]
-
-
-def format_value(value: Any) -> str:
-    """A value in Hydra's override grammar (strings quoted when needed)."""
-    from hydra.core.override_parser.types import Override
-
-    return Override._get_value_element_as_str(value)
-
-
-def _key_element(override: Any, groups: set[str]) -> str:
-    """Force-add plain config keys (our CLI does the same) so any TRL field can be swept; groups stay plain."""
-    element = override.get_key_element()
-    key = override.key_or_group
-    if element.startswith(("+", "~")) or key in groups or "/" in key or key.startswith("hydra."):
-        return element
-    return "++" + element
+        return [*self.fixed, *(ov.render(p.key_element, values[p.name]) for p in self.params)]
 
 
 def _distribution(override: Any) -> Any:
@@ -97,14 +82,15 @@ def expand_wildcards(params: dict[str, Any], config: Any) -> dict[str, Any]:
 
 
 def parse_space(params: dict[str, Any], arguments: list[str], groups: set[str]) -> SearchSpace:
-    """The sweep file's `params` plus the command line's overrides; the command line wins per key."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    """The sweep file's `params` plus the command line's overrides; the command line wins per key.
 
-    parser = OverridesParser.create()
+    Plain config keys are force-added like the CLI's (:func:`grpo_lab.overrides.normalise`), so that any TRL
+    field can be swept or set; group selections stay plain.
+    """
     lines = [f"{key}={value}" for key, value in (params or {}).items()]
     by_key: dict[str, Any] = {}
     try:
-        for override in parser.parse_overrides(lines) + parser.parse_overrides(list(arguments)):
+        for override in ov.parse_all([*lines, *arguments]):
             by_key[override.key_or_group] = override
     except Exception as e:  # Hydra's grammar errors say exactly what is wrong with the expression
         raise ConfigError(f"Cannot parse the sweep's search space: {e}") from e
@@ -113,10 +99,10 @@ def parse_space(params: dict[str, Any], arguments: list[str], groups: set[str]) 
     for key, override in by_key.items():
         if override.is_sweep_override():
             found.append(
-                Param(name=key, key_element=_key_element(override, groups), distribution=_distribution(override))
+                Param(name=key, key_element=ov.key_element(override, groups), distribution=_distribution(override))
             )
         else:
-            fixed.append(f"{override.get_key_element()}={override.get_value_element_as_str()}")
+            fixed.append(ov.normalise(override, groups))
     if not found:
         raise ConfigError(
             "The sweep has no search space: add `hydra.sweeper.params` (e.g. `lr: tag(log, interval(1e-6, 1e-4))`) "

@@ -172,7 +172,7 @@ class GrpoOptunaSweeper(Sweeper):
 
     # ----------------------------------------------------------------------------------------- trials
     def _trial_overrides(self, trial: Any, space: Any, url: str, arguments_keys: set[str]) -> list[str]:
-        from grpo_lab.sweep.space import format_value
+        from grpo_lab.overrides import render
 
         s = self.settings
         pruning = s.pruner.name != "none" and len(s.objectives) == 1
@@ -184,12 +184,12 @@ class GrpoOptunaSweeper(Sweeper):
             "pruner": OmegaConf.to_container(s.pruner) if pruning else None,
         }
         extra = [
-            f"++trial={format_value(info)}",
-            f"hydra.sweep.dir={format_value(str(self.sweep_dir))}",
+            render("++trial", info),
+            render("hydra.sweep.dir", str(self.sweep_dir)),
             f"hydra.sweep.subdir=trial_{trial.number}",
         ]
         if "logger.group" not in arguments_keys:
-            extra.append(f"++logger.group={format_value(s.study_name)}")
+            extra.append(render("++logger.group", s.study_name))
         if "logger.name" not in arguments_keys:
             extra.append(f"++logger.name=trial_{trial.number}")
         if s.keep_models == "none" and "output.save_model" not in arguments_keys:
@@ -199,7 +199,9 @@ class GrpoOptunaSweeper(Sweeper):
     def _run_batch(
         self, study: Any, storage: Any, url: str, trials: list, space: Any, metrics: list[str], worker: int
     ) -> None:
-        keys = {o.split("=", 1)[0].lstrip("+~") for o in space.fixed}
+        from grpo_lab.overrides import as_typed, key
+
+        keys = {key(o) for o in space.fixed}
         batch = [self._trial_overrides(t, space, url, keys) for t in trials]
         for trial, overrides in zip(trials, batch, strict=True):
             trial.set_user_attr("overrides", redact(overrides))
@@ -207,7 +209,7 @@ class GrpoOptunaSweeper(Sweeper):
             from grpo_lab.sweep.report import rerun_command
 
             trial.set_user_attr("command", redact(rerun_command(overrides)))
-            shown = " ".join(space.overrides_for(trial.params)[len(space.fixed) :])
+            shown = " ".join(as_typed(o) for o in space.overrides_for(trial.params)[len(space.fixed) :])
             log.info("Trial %d: %s", trial.number, redact(shown))
         with _Heartbeat(storage, [t._trial_id for t in trials], self.settings.heartbeat_interval):
             returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
@@ -250,11 +252,9 @@ class GrpoOptunaSweeper(Sweeper):
     def _interrupted(self, study: Any, trials: list, error: BaseException) -> None:
         """Record the batch's unfinished trials FAIL, reason `interrupted by SIGINT at step N`: FAIL trials do
         not count towards n_trials, so the same command again resumes the study."""
-        import json
-
         from optuna.trial import TrialState
 
-        from grpo_lab import interrupts
+        from grpo_lab import interrupts, records
 
         name = interrupts.signal_name(interrupts.signal_of(error) or 2)
         states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
@@ -264,9 +264,9 @@ class GrpoOptunaSweeper(Sweeper):
             run_dir = self.sweep_dir / f"trial_{trial.number}"
             where = ""
             try:
-                step = json.loads((run_dir / "metrics.json").read_text())["interrupted"]["step"]
+                step = (records.read_metrics(run_dir) or {})["interrupted"]["step"]
                 where = f" at step {step}"
-            except (OSError, ValueError, KeyError, TypeError):
+            except (records.RunFolderError, KeyError, TypeError):
                 pass
             trial.set_user_attr("run_dir", str(run_dir))
             self._fail(study, trial, f"interrupted by {name}{where}")
