@@ -84,7 +84,7 @@ _received: list[int] = []  # every signal handled, in order (only the first one 
 
 
 def received() -> int | None:
-    """The first signal handled since :func:`handling` became active, or None."""
+    """The first signal handled since the outermost :func:`handling` became active (None outside it)."""
     return _received[0] if _received else None
 
 
@@ -128,6 +128,7 @@ def handling() -> Iterator[None]:
                 for sig, previous in _previous.items():
                     signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
                 _previous.clear()
+                _received.clear()  # a signal of this (finished) scope must not explain a later error
 
 
 # --------------------------------------------------------------------------------- parent watchdog
