@@ -146,6 +146,7 @@ def test_killing_the_parent_leaves_no_child(tmp_path, model_cache):
     assert metrics["status"] == "interrupted" and metrics["interrupted"]["signal"] == "SIGTERM"
 
 
+@pytest.mark.slow  # two-process trials in a sweep stay covered in CI by the pruning test
 def test_a_sweep_with_two_processes_per_trial(tmp_path, model_cache):
     proc = run_cli(["-m", "sweep=lr_beta", *DDP, "hydra.sweeper.n_trials=2"], tmp_path, model_cache, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

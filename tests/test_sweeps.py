@@ -177,7 +177,8 @@ def _journal_study(path: Path, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=JournalStorage(JournalFileBackend(str(path))))
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+# The journal case also runs in `make test-all` and in benchmarks/sweep_stress.py: CI keeps to its 20 min.
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("journal", marks=pytest.mark.slow)])
 def test_resume_after_a_killed_worker(tmp_path, model_cache, kind):
     """A killed worker's RUNNING trial goes stale (Optuna's heartbeats on SQLite, grpo_lab's on journal
     files, which Optuna gives none) and the same command finishes the study with exactly n_trials."""
@@ -273,6 +274,7 @@ def test_two_workers_share_a_postgresql_study(tmp_path, model_cache):
         admin.dispose()
 
 
+@pytest.mark.slow  # side-by-side trials stay covered in CI by the submitit_local test
 def test_parallel_trials_through_the_joblib_launcher(tmp_path, model_cache):
     proc = run_cli(
         [
