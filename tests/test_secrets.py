@@ -191,3 +191,11 @@ def test_no_secret_reaches_any_output(tmp_path, model_cache, password_storage):
     attrs = repr([study.user_attrs, *(t.user_attrs for t in study.trials)])
     leaks += [f"{what} in the study's user attributes" for what, value in wanted.items() if value in attrs]
     assert not leaks, "\n".join(leaks)
+
+
+def test_a_long_error_is_masked_before_it_is_cut():
+    from grpo_lab.errors import one_line
+
+    # The 500-character cut lands inside the password: masking after the cut would print half of it.
+    line = one_line(ValueError("x" * 460 + " postgresql+psycopg2://u:verysecretpassword@host/db"))
+    assert "verysecret" not in line and "postgresql+psycopg2://u:***@host/db" in line

@@ -42,14 +42,10 @@ def one_line(error: BaseException, limit: int = 500) -> str:
     """
     import re
 
-    from grpo_lab.redact import redact
-
-    text = re.sub(r"\(Background on this error at: [^)]*\)", "", str(error))
-    text = re.sub(r"^\([\w.]+\)\s*", "", text.strip())
+    text = re.sub(r"^\([\w.]+\)\s*", "", _tidy(str(error)))
     text = " ".join(text.split())
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return redact(text)
+    # Masked before it is cut: a secret cut in half would no longer be recognised.
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _tidy(text: str) -> str:
