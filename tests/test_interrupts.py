@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from grpo_lab import interrupts
-from test_launch import DDP, _alive, _descendants
+from grpo_lab.launch import alive, descendants
+from test_launch import DDP
 from wandb_files import find_runs, read_run
 
 from conftest import FAST, cli_env, load_study, run_cli
@@ -227,18 +228,18 @@ def test_ctrl_c_fails_the_running_trial_and_the_same_command_resumes_the_sweep(t
 def test_sigterm_to_a_multi_process_job_ends_every_child_within_10_s(tmp_path, model_cache):
     proc = _start([*DDP, "max_steps=500"], tmp_path, model_cache)
     _wait_for(_training("outputs/runs/*/*", tmp_path), proc, tmp_path)
-    children = _descendants(proc.pid)
+    children = descendants(proc.pid)
     assert len(children) >= 3, children  # accelerate's launcher and two ranks
     signalled = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     try:
-        while any(_alive(p) for p in children) and time.monotonic() < signalled + 10:
+        while any(alive(p) for p in children) and time.monotonic() < signalled + 10:
             time.sleep(0.1)
-        assert not [p for p in children if _alive(p)], "children left 10 s after SIGTERM"
+        assert not [p for p in children if alive(p)], "children left 10 s after SIGTERM"
         assert _finish(proc, tmp_path) == 143, _output(tmp_path)
     finally:
-        for p in _descendants(proc.pid) | children:
-            if _alive(p):
+        for p in descendants(proc.pid) | children:
+            if alive(p):
                 os.kill(p, signal.SIGKILL)
     (run_dir,) = [p.parent for p in (tmp_path / "outputs").rglob("metrics.json")]
     _assert_interrupted(run_dir, "SIGTERM")  # recorded by the main rank

@@ -8,14 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 
 from grpo_lab.errors import ConfigError
-from grpo_lab.launch import assign_gpus, visible_gpus
+from grpo_lab.launch import alive, assign_gpus, descendants, visible_gpus
 from wandb_files import find_runs, read_run
 
 from conftest import REPO, cli_env, run_cli, run_prune_sweep
@@ -88,31 +87,6 @@ def test_a_crashing_child_fails_the_job_with_its_error(tmp_path, model_cache):
     assert "training processes failed" in proc.stderr and "this reward fails on purpose" in proc.stderr
 
 
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_killing_the_parent_leaves_no_child(tmp_path, model_cache):
     """SIGKILL gives the parent no chance to forward anything: the ranks watch its pid and stop by themselves."""
     parent = subprocess.Popen(
@@ -128,17 +102,17 @@ def test_killing_the_parent_leaves_no_child(tmp_path, model_cache):
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and not list(tmp_path.rglob("history.jsonl")):
             time.sleep(0.5)  # training has started on both ranks
-        pids = _descendants(parent.pid)
+        pids = descendants(parent.pid)
         assert len(pids) >= 3, pids  # accelerate's launcher and two ranks
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        while time.monotonic() < deadline and any(alive(p) for p in pids):
             time.sleep(0.5)
-        assert not [p for p in pids if _alive(p)]
+        assert not [p for p in pids if alive(p)]
     finally:
-        for p in _descendants(parent.pid) | pids:
-            if _alive(p):
+        for p in descendants(parent.pid) | pids:
+            if alive(p):
                 os.kill(p, signal.SIGKILL)
     # Each rank's watchdog saw the parent go and stopped it as on SIGTERM: the main rank recorded the run.
     (metrics_file,) = (tmp_path / "outputs").rglob("metrics.json")

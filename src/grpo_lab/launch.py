@@ -126,7 +126,8 @@ def _signal(pid: int, sig: int, *, group: bool = False) -> None:
         (os.killpg if group else os.kill)(pid, sig)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process `pid` still runs (Linux /proc: a zombie has ended)."""
     try:
         state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
@@ -146,10 +147,10 @@ def stop_children(proc: subprocess.Popen, signum: int = signal.SIGTERM, grace_s:
     while time.monotonic() < deadline:
         if proc.poll() is None:
             below |= descendants(proc.pid)
-        elif not any(_alive(p) for p in below):
+        elif not any(alive(p) for p in below):
             return
         time.sleep(0.1)
-    left = sorted(p for p in below if _alive(p))
+    left = sorted(p for p in below if alive(p))
     log.warning("Children still running %.0f s after %s: killing %s.", grace_s, interrupts.signal_name(signum), left)
     _signal(proc.pid, signal.SIGKILL, group=True)
     for pid in left:
