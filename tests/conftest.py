@@ -73,6 +73,21 @@ def write_sweep(config_dir: Path, name: str, body: str) -> list[str]:
 FAST = ["experiment=smoke", "max_steps=2", "eval.before=false", "output.save_model=false"]
 
 
+def skip_here(reason: str) -> None:
+    """Skip a test this machine cannot run; in CI (where every service is provided) fail instead."""
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must be able to run this: {reason}")
+    pytest.skip(reason)
+
+
+def postgres_url() -> str:
+    """The PostgreSQL admin URL that .ci/run provides (GRPO_LAB_TEST_POSTGRES_URL)."""
+    url = os.environ.get("GRPO_LAB_TEST_POSTGRES_URL")
+    if not url:
+        skip_here("set GRPO_LAB_TEST_POSTGRES_URL=postgresql+psycopg2://... to run (see .ci/run)")
+    return url
+
+
 def sqlite_url(cwd: Path) -> str:
     """The default sweep storage of a run started in `cwd`."""
     return f"sqlite:///{cwd / 'outputs' / 'sweeps' / 'optuna.db'}"

@@ -15,7 +15,7 @@ import pytest
 from grpo_lab import data as data_mod
 from grpo_lab.errors import DataError, describe
 
-from conftest import FAST, REPO, load_study, run_cli
+from conftest import FAST, REPO, load_study, postgres_url, run_cli, skip_here
 
 TESTS = str(REPO / "tests")
 SMOKE_SWEEP = ["-m", "sweep=lr_beta", *FAST, "hydra.sweeper.n_trials=1"]
@@ -45,10 +45,10 @@ def mounted_tmpfs(path: Path, options: str) -> Iterator[Path]:
     """A small tmpfs at `path` (root only): a read-only folder or a disk that fills up, for real."""
     path.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+        skip_here("mounting a tmpfs needs root")
     mount = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
     if mount.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.strip()}")
+        skip_here(f"cannot mount a tmpfs here: {mount.stderr.strip()}")
     try:
         yield path
     finally:
@@ -65,9 +65,7 @@ def test_unreachable_storage_is_one_line_without_the_password(tmp_path, model_ca
 
 
 def test_wrong_password_storage_is_one_line(tmp_path, model_cache):
-    url = os.environ.get("GRPO_LAB_TEST_POSTGRES_URL")
-    if not url:
-        pytest.skip("set GRPO_LAB_TEST_POSTGRES_URL=postgresql+psycopg2://... to run (see .ci/run)")
+    url = postgres_url()
     from sqlalchemy.engine import make_url
 
     wrong = make_url(url).set(password="not-the-password-42").render_as_string(hide_password=False)

@@ -19,7 +19,17 @@ from grpo_lab.errors import ConfigError
 from grpo_lab.sweep.space import parse_space
 from wandb_files import find_runs, read_run
 
-from conftest import FAST, REPO, cli_env, load_study, run_cli, run_prune_sweep, sqlite_url, write_sweep
+from conftest import (
+    FAST,
+    REPO,
+    cli_env,
+    load_study,
+    postgres_url,
+    run_cli,
+    run_prune_sweep,
+    sqlite_url,
+    write_sweep,
+)
 from conftest import load_study as load_sqlite_study
 
 GROUPS = {"model", "data", "experiment", "sweep"}
@@ -256,11 +266,7 @@ def test_two_workers_share_a_sqlite_study(tmp_path, model_cache):
 
 
 def test_two_workers_share_a_postgresql_study(tmp_path, model_cache):
-    url = os.environ.get("GRPO_LAB_TEST_POSTGRES_URL")
-    if not url:
-        if os.environ.get("CI"):
-            pytest.fail("CI must provide PostgreSQL: .ci/run sets GRPO_LAB_TEST_POSTGRES_URL")
-        pytest.skip("set GRPO_LAB_TEST_POSTGRES_URL=postgresql+psycopg2://... to run (see .ci/run)")
+    url = postgres_url()
     import sqlalchemy
 
     # A fresh, empty database: the two workers race to create the schema and the study.
