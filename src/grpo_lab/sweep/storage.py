@@ -101,9 +101,34 @@ def make_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_re
     raise AssertionError("unreachable")
 
 
-def _is_race(error: Exception) -> bool:
-    text = f"{type(error).__name__} {error}".lower()
-    return any(word in text for word in ("integrity", "duplicate", "already exists", "locked", "unique", "operational"))
+# PostgreSQL SQLSTATEs of workers racing to create one schema or study: unique_violation, duplicate_table,
+# duplicate_object, deadlock_detected, serialization_failure. A wrong password or an unreachable host has
+# none (its error comes from the connection), so it fails at once instead of being retried.
+_RACE_SQLSTATES = {"23505", "42P07", "42710", "40P01", "40001"}
+_SQLITE_ERROR, _SQLITE_BUSY, _SQLITE_LOCKED = 1, 5, 6
+
+
+def _is_race(error: BaseException) -> bool:
+    """Did another worker get there first (retry), rather than the storage being wrong (fail now)?"""
+    import optuna
+    from sqlalchemy import exc
+
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, exc.IntegrityError | optuna.exceptions.DuplicatedStudyError):
+            return True
+        orig = getattr(current, "orig", None)
+        if getattr(orig, "pgcode", None) in _RACE_SQLSTATES:
+            return True
+        if getattr(orig, "sqlite_errorcode", None) in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            return True
+        # SQLite gives a schema created meanwhile no code of its own (SQLITE_ERROR): its message is all there is.
+        if getattr(orig, "sqlite_errorcode", None) == _SQLITE_ERROR and "already exists" in str(orig):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def create_or_load_study(name: str, storage: Any, *, directions: list[str], sampler: Any, pruner: Any) -> Any:
@@ -178,8 +203,14 @@ def claim_trials(study: Any, storage: Any, url: str, *, target: int, batch: int,
         taken = sum(s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING) for s in states)
         trials = [study.ask(distributions) for _ in range(max(0, min(batch, target - taken)))]
         for trial in trials:  # alive from the start: a worker killed before its first beat still goes stale
-            beat(storage, trial._trial_id)
+            beat(storage, trial_id(storage, study.study_name, trial.number))
     return trials
+
+
+def trial_id(storage: Any, study_name: str, number: int) -> int:
+    """A trial's storage id (what heartbeats and state updates take), through the storage's public API:
+    Optuna's Trial and FrozenTrial keep it only as a private attribute."""
+    return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study_name), number)
 
 
 # Journal files keep no heartbeats in Optuna: grpo_lab keeps its own in a system attribute (wall clock).
@@ -229,12 +260,13 @@ def fail_stale(study: Any, storage: Any) -> list[int]:
         retry = getattr(storage, "grpo_lab_max_retry", None)
         for trial in _stale_journal_trials(study, grace) if grace else []:
             try:
-                storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+                storage.set_trial_state_values(trial_id(storage, study.study_name, trial.number), state=TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # finished or failed by another worker meanwhile
             stale.append(trial.number)
             if retry:
-                optuna.storages.RetryFailedTrialCallback(max_retry=retry)(study, storage.get_trial(trial._trial_id))
+                failed = storage.get_trial(trial_id(storage, study.study_name, trial.number))
+                optuna.storages.RetryFailedTrialCallback(max_retry=retry)(study, failed)
     for number in stale:
         log.warning("Trial %d was left running by a worker that stopped; marked FAIL.", number)
     return stale

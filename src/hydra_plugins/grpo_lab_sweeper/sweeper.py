@@ -9,6 +9,8 @@ target shared by all workers, and stable trial folders with a running `best.yaml
 from __future__ import annotations
 
 import collections
+import contextlib
+import io
 import logging
 import math
 import threading
@@ -34,6 +36,20 @@ DEFAULT_STORAGE = "sqlite:///outputs/sweeps/optuna.db"
 
 class SweepError(GrpoLabError, RuntimeError):
     """The sweep as a whole cannot go on (e.g. it fails everywhere)."""
+
+
+def _outcome(ret: Any) -> tuple[Any, BaseException | None]:
+    """(value, None) for a completed job, (None, its error) for a failed one, through Hydra's public
+    `JobReturn.return_value`, which raises a failed job's error (and prints "Error executing job", wrong for a
+    pruned trial: our own log line says what happened instead)."""
+    if ret.status == JobStatus.COMPLETED:
+        return ret.return_value, None
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            ret.return_value  # noqa: B018 (raises)
+    except Exception as e:
+        return None, e
+    return None, RuntimeError(f"job ended {ret.status.name} without an error")
 
 
 class _Heartbeat:
@@ -171,7 +187,7 @@ class GrpoOptunaSweeper(Sweeper):
         print(f"Dashboard: optuna-dashboard {redact(url)}", flush=True)  # the user knows the password
 
     # ----------------------------------------------------------------------------------------- trials
-    def _trial_overrides(self, trial: Any, space: Any, url: str, arguments_keys: set[str]) -> list[str]:
+    def _trial_overrides(self, trial: Any, trial_id: int, space: Any, url: str, arguments_keys: set[str]) -> list[str]:
         from grpo_lab.overrides import render
 
         s = self.settings
@@ -180,7 +196,7 @@ class GrpoOptunaSweeper(Sweeper):
             "study": s.study_name,
             "storage": share(url),  # masked; jobs get the real URL back with redact.reveal
             "number": trial.number,
-            "id": trial._trial_id,
+            "id": trial_id,
             "pruner": OmegaConf.to_container(s.pruner) if pruning else None,
         }
         extra = [
@@ -200,9 +216,11 @@ class GrpoOptunaSweeper(Sweeper):
         self, study: Any, storage: Any, url: str, trials: list, space: Any, metrics: list[str], worker: int
     ) -> None:
         from grpo_lab.overrides import as_typed, key
+        from grpo_lab.sweep import storage as st
 
         keys = {key(o) for o in space.fixed}
-        batch = [self._trial_overrides(t, space, url, keys) for t in trials]
+        ids = [st.trial_id(storage, study.study_name, t.number) for t in trials]
+        batch = [self._trial_overrides(t, i, space, url, keys) for t, i in zip(trials, ids, strict=True)]
         for trial, overrides in zip(trials, batch, strict=True):
             trial.set_user_attr("overrides", redact(overrides))
             trial.set_user_attr("worker", worker)
@@ -211,7 +229,7 @@ class GrpoOptunaSweeper(Sweeper):
             trial.set_user_attr("command", redact(rerun_command(overrides)))
             shown = " ".join(as_typed(o) for o in space.overrides_for(trial.params)[len(space.fixed) :])
             log.info("Trial %d: %s", trial.number, redact(shown))
-        with _Heartbeat(storage, [t._trial_id for t in trials], self.settings.heartbeat_interval):
+        with _Heartbeat(storage, ids, self.settings.heartbeat_interval):
             returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
         self.job_idx += len(batch)
         for trial, ret in zip(trials, returns, strict=True):
@@ -223,8 +241,8 @@ class GrpoOptunaSweeper(Sweeper):
 
         if ret.hydra_cfg is not None:
             trial.set_user_attr("run_dir", str(ret.hydra_cfg.hydra.runtime.output_dir))
-        if ret.status == JobStatus.COMPLETED:
-            value = ret._return_value
+        value, error = _outcome(ret)
+        if error is None:
             run_metrics = getattr(value, "metrics", None)
             try:
                 if run_metrics is not None:
@@ -241,7 +259,6 @@ class GrpoOptunaSweeper(Sweeper):
             study.tell(trial, values)
             log.info("Trial %d finished: %s", trial.number, dict(zip(metrics, values, strict=True)))
             return None
-        error = ret._return_value
         if isinstance(error, optuna.TrialPruned):
             trial.set_user_attr("pruned", redact(str(error)))
             study.tell(trial, state=TrialState.PRUNED)
