@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,22 @@ def test_grid_gives_one_run_per_job_in_one_group(tmp_path, model_cache):
     assert sorted(r.config["lr"] for r in runs) == [1e-5, 2e-5]
     assert sorted(r.config["learning_rate"] for r in runs) == [1e-5, 2e-5]
     assert all(r.state == "finished" for r in runs)
+    # The grid ends with its answer: the leaderboard of both jobs, the winner (both score 0 here: a tie)
+    # with the commands that re-run it, the compare and upload commands, and the leaderboard files.
+    folder = jobs[0].parent
+    end = proc.stdout[proc.stdout.index(f"== {folder.relative_to(tmp_path)}: 2 runs") :]
+    table = _table_rows(end)
+    assert [(row[1], row[2]) for row in table] == [("lr=1e-05", "finished"), ("lr=2e-05", "finished")]
+    assert "Tie: 2 jobs share the best eval_after/accuracy = 0" in end
+    commands = [line.split(": ", 1)[1] for line in end.splitlines() if line.startswith("  lr=")]
+    assert [c.split()[:3] for c in commands] == [["python", "-m", "grpo_lab"]] * 2
+    composed = run_cli([*shlex.split(commands[1])[3:], "--cfg", "job"], tmp_path, model_cache)
+    assert composed.returncode == 0 and yaml.safe_load(composed.stdout)["lr"] == 2e-5
+    assert f"python -m grpo_lab.compare {folder.relative_to(tmp_path)}" in end
+    assert f"wandb sync {folder.relative_to(tmp_path)}/*/wandb/offline-run-*" in end
+    board = (folder / "leaderboard.md").read_text()
+    assert "lr=1e-05" in board and "lr=2e-05" in board
+    assert (folder / "leaderboard.csv").read_text().count("finished") == 2
 
 
 def test_a_failing_job_keeps_the_other_and_closes_its_wandb_run(tmp_path, model_cache):
@@ -127,6 +144,22 @@ def test_a_failing_job_keeps_the_other_and_closes_its_wandb_run(tmp_path, model_
     assert "eval_after/accuracy" in by_status["finished"][0]["metrics"]
     assert by_status["failed"][1].state == "failed"
     assert "this reward fails on purpose" in by_status["failed"][0]["error"]
+    # Hydra skips on_multirun_end after a failed job: the table still lists both, the failure with its reason.
+    end = proc.stdout[proc.stdout.index(": 2 runs, by eval_after/accuracy") :]
+    assert [row[2] for row in _table_rows(end)] == ["finished", "failed"]
+    assert "failed: RewardError: reward `extra` raised RuntimeError: this reward fails on purpose" in end
+    assert "Job +reward.functions.extra._target_=failing_rewards.explode failed: RewardError" in end
+    assert "Winner: +reward.functions.extra._target_=grpo_lab.rewards.math.int_answer" in end
+    (folder,) = {job.parent for job in _job_dirs(tmp_path / "outputs" / "multirun")}
+    assert (folder / "leaderboard.csv").read_text().count("failed") == 1
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    """The rows of the first text table in `text` (after its header and dashes line)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("----")) + 1
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return [line.split() for line in lines[start:end]]
 
 
 def test_a_wandb_failure_does_not_lose_the_run(tmp_path, model_cache):

@@ -137,6 +137,10 @@ def task(cfg: DictConfig) -> float:
     try:
         _redact_hydra_files(multirun)
         run_cfg = config_mod.load(cfg)
+        if run_cfg.resume is not None:  # no such folder or no checkpoint: one line in a second, before TRL loads
+            from grpo_lab.records import find_resume
+
+            find_resume(run_cfg.resume)
         from grpo_lab import trl_checks  # TRL's own checks, before W&B or a model (imports trl)
 
         trl_checks.check(run_cfg, num_processes=run_cfg.launcher.num_processes)
@@ -231,6 +235,9 @@ def main() -> None:
         sys.stderr.write(f"Stopped by {interrupts.signal_name(interrupts.signal_of(e) or 2)} (exit {code}).\n")
         sys.exit(code)
     except Exception as e:
+        from grpo_lab.compare import multirun_end
+
+        multirun_end.finish_failed()  # a grid that a failed job ended: the others' results still shown
         sys.exit(_report(e))
 
 

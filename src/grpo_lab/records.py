@@ -33,7 +33,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from grpo_lab.errors import GrpoLabError
+from grpo_lab.errors import ConfigError, GrpoLabError
 from grpo_lab.redact import redact
 from grpo_lab.tracking import TrackerInfo
 
@@ -134,8 +134,8 @@ def write_start(run_dir: Path, resolved_config: dict[str, Any], overrides: list[
     """config.yaml, overrides.yaml and environment.json: what a job writes as it starts."""
     run_dir.mkdir(parents=True, exist_ok=True)
     config = {k: v for k, v in resolved_config.items() if k != "hydra"}
-    _write_text(run_dir / CONFIG, _yaml(redact(config)))
-    _write_text(run_dir / OVERRIDES, _yaml(redact(list(overrides))))
+    write_atomic(run_dir / CONFIG, _yaml(redact(config)))
+    write_atomic(run_dir / OVERRIDES, _yaml(redact(list(overrides))))
     write_json(run_dir / ENVIRONMENT, environment())
 
 
@@ -157,10 +157,10 @@ def redact_hydra_files(run_dir: Path, output_subdir: str | None, sweep_dir: Path
             continue
         masked = redact(text)
         if masked != text:
-            _write_text(path, masked)
+            write_atomic(path, masked)
 
 
-def _write_text(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     """Write through a temporary file and rename: a reader never sees half a file, a full disk leaves none."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -191,7 +191,7 @@ def write_json(path: Path, data: Any, *, redact_secrets: bool = True) -> None:
     process needs the real values.
     """
     data = _jsonable(data)
-    _write_text(path, json.dumps(redact(data) if redact_secrets else data, indent=2, sort_keys=False) + "\n")
+    write_atomic(path, json.dumps(redact(data) if redact_secrets else data, indent=2, sort_keys=False) + "\n")
 
 
 def append_jsonl(path: Path, row: dict[str, Any]) -> None:
@@ -394,3 +394,30 @@ def wandb_run_id(run_dir: Path, metrics: dict[str, Any] | None = None) -> str | 
         return found["run_id"]
     runs = sorted((run_dir / "wandb").glob("*run-*-*"))
     return runs[-1].name.rsplit("-", 1)[1] if runs else None
+
+
+# ------------------------------------------------------------------------------------------- resume
+@dataclass(frozen=True)
+class Resume:
+    """Where `resume=<run folder>` continues: the folder, its last complete checkpoint, the W&B run."""
+
+    run_dir: Path
+    checkpoint: Path
+    step: int
+    wandb_id: str | None
+    previous: dict[str, Any]  # the folder's metrics.json, {} when the run left none (e.g. killed)
+
+
+def find_resume(folder: str) -> Resume:
+    """The last complete `trainer/checkpoint-N` of a run folder; a one-line ConfigError if there is none."""
+    run_dir = Path(folder).expanduser().resolve()
+    if not run_dir.is_dir():
+        raise ConfigError(f"resume={folder}: no such run folder.")
+    found = last_checkpoint(run_dir)
+    if found is None:
+        raise ConfigError(
+            f"no checkpoint in {run_dir / TRAINER}: run with trainer.save_strategy=steps trainer.save_steps=N"
+        )
+    step, checkpoint = found
+    previous = read_metrics(run_dir) or {}
+    return Resume(run_dir, checkpoint, step, wandb_run_id(run_dir, previous), previous)

@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 from grpo_lab import data as data_mod
 from grpo_lab import interrupts, models, records
 from grpo_lab.config import RunConfig, to_grpo_config
-from grpo_lab.errors import ConfigError, GrpoLabError
+from grpo_lab.errors import GrpoLabError
 from grpo_lab.evaluate import EvalResult, evaluate
 from grpo_lab.records import RunResult
 from grpo_lab.rewards import build_rewards
@@ -65,38 +65,12 @@ class Objective(float):
 
 
 # ------------------------------------------------------------------------------------------- resume
-@dataclass(frozen=True)
-class Resume:
-    """Where `resume=<run folder>` continues: the folder, its last complete checkpoint, the W&B run."""
-
-    run_dir: Path
-    checkpoint: Path
-    step: int
-    wandb_id: str | None
-    previous: dict[str, Any]  # the folder's metrics.json, {} when the run left none (e.g. killed)
-
-
-def find_resume(folder: str) -> Resume:
-    """The last complete `trainer/checkpoint-N` of a run folder; a one-line ConfigError if there is none."""
-    run_dir = Path(folder).expanduser().resolve()
-    if not run_dir.is_dir():
-        raise ConfigError(f"resume={folder}: no such run folder.")
-    found = records.last_checkpoint(run_dir)
-    if found is None:
-        raise ConfigError(
-            f"no checkpoint in {run_dir / records.TRAINER}: run with trainer.save_strategy=steps trainer.save_steps=N"
-        )
-    step, checkpoint = found
-    previous = records.read_metrics(run_dir) or {}
-    return Resume(run_dir, checkpoint, step, records.wandb_run_id(run_dir, previous), previous)
-
-
-def resume_context(cfg: RunConfig, ctx: RunContext) -> tuple[RunContext, Resume | None]:
+def resume_context(cfg: RunConfig, ctx: RunContext) -> tuple[RunContext, records.Resume | None]:
     """With `resume=<folder>`, the job writes into that folder, whatever Hydra's run dir is, under the
     run's first name (not one that spells out `resume=...`)."""
     if cfg.resume is None:
         return ctx, None
-    point = find_resume(cfg.resume)
+    point = records.find_resume(cfg.resume)
     if point.run_dir != ctx.run_dir:
         log.info("Resuming into %s (Hydra's own folder for this job is %s).", point.run_dir, ctx.run_dir)
     name = point.previous.get("run_name") or ctx.run_name
@@ -105,7 +79,7 @@ def resume_context(cfg: RunConfig, ctx: RunContext) -> tuple[RunContext, Resume 
 
 def _resume_hint(run_dir: Path) -> str:
     try:
-        point = find_resume(str(run_dir))
+        point = records.find_resume(str(run_dir))
     except GrpoLabError:
         return ""
     return f" Continue it from step {point.step} with `resume={run_dir}`."
@@ -210,7 +184,7 @@ class _Job:
 
     cfg: RunConfig
     ctx: RunContext  # with `resume=`, the resumed run's folder and name
-    resume: Resume | None
+    resume: records.Resume | None
     pair: Any  # data.DatasetPair: train and held-out eval
     reward_funcs: list[Any]
     tracker: Tracker

@@ -58,14 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         source = load_source(args)
         board = leaderboard.build(source)
-        source.out_dir.mkdir(parents=True, exist_ok=True)
-        by = f"by {source.metrics[0]} ({source.directions[0]})"
-        print(redact(f"\n== {source.label}: {len(board.rows)} runs, {by} =="))
+        print(leaderboard.heading(board))
         print(leaderboard.as_text(board))
-        written = [
-            leaderboard.write_csv(board, source.out_dir / "leaderboard.csv"),
-            leaderboard.write_markdown(board, source.out_dir / "leaderboard.md"),
-        ]
+        written = leaderboard.write_files(board, source.out_dir)
         if not args.no_plots:
             written += plots.training_curves(board, source.out_dir)
             if source.kind == "study":

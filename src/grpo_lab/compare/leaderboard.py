@@ -10,6 +10,7 @@ Health flags, read from each run's logged steps (history.jsonl or W&B history):
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import math
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 
 from grpo_lab.compare.sources import RunRecord, Source
 from grpo_lab.overrides import as_dict
-from grpo_lab.records import HEADLINES
+from grpo_lab.records import HEADLINES, write_atomic
 from grpo_lab.redact import redact
 
 # (column, metrics key in metrics.json / W&B summary, history key)
@@ -156,12 +157,24 @@ def as_text(board: Board, *, wandb_column: bool = False) -> str:
     return "\n".join(lines)
 
 
+def heading(board: Board) -> str:
+    by = f"by {board.source.metrics[0]} ({board.source.directions[0]})"
+    return redact(f"\n== {board.source.label}: {len(board.rows)} runs, {by} ==")
+
+
+def write_files(board: Board, folder: Path) -> list[Path]:
+    """leaderboard.csv and leaderboard.md in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return [write_csv(board, folder / "leaderboard.csv"), write_markdown(board, folder / "leaderboard.md")]
+
+
 def write_csv(board: Board, path: Path) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(board.columns)
-        for row in board.rows:
-            writer.writerow(redact(["" if row.get(c) is None else row.get(c) for c in board.columns]))
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(board.columns)
+    for row in board.rows:
+        writer.writerow(redact(["" if row.get(c) is None else row.get(c) for c in board.columns]))
+    write_atomic(path, text.getvalue())  # the workers of one sweep all write it when they end
     return path
 
 
@@ -176,5 +189,5 @@ def write_markdown(board: Board, path: Path) -> Path:
         "|" + "|".join("---" for _ in columns) + "|",
     ]
     lines += ["| " + " | ".join(_cell(row.get(c)).replace("|", "\\|") for c in columns) + " |" for row in board.rows]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_atomic(path, "\n".join(lines) + "\n")
     return path

@@ -1,0 +1,96 @@
+"""The end of every multirun prints its answer: the leaderboard of its jobs, the winner and how to re-run it.
+
+Hooked in as a Hydra callback (`hydra.callbacks.leaderboard` in conf/config.yaml), so it runs after a grid
+on any launcher (basic, joblib, submitit). The table is `python -m grpo_lab.compare <multirun folder>`'s,
+from the same code, and `leaderboard.md` / `.csv` are written into the multirun folder.
+
+Hydra skips `on_multirun_end` when a job failed (its basic sweeper re-raises the job's error after the
+batch), so the CLI calls :func:`finish_failed` on its way out: the failed job is listed with its reason and
+hides none of the others' results.
+
+After an Optuna sweep (`-m sweep=...`) the sweeper has already printed its trials table, the best trial and
+its command; this only adds the leaderboard files and the compare and upload commands.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+log = logging.getLogger("grpo_lab")
+
+# The folder of the multirun that started and has not printed its end yet (at most one per process).
+_pending: Path | None = None
+
+
+class Leaderboard(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global _pending
+        _pending = Path(str(config.hydra.sweep.dir))
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        global _pending
+        _pending = None
+        show(Path(str(config.hydra.sweep.dir)))
+
+
+def finish_failed() -> None:
+    """The end of a multirun that a failed job cut short (Hydra did not call `on_multirun_end`)."""
+    global _pending
+    folder, _pending = _pending, None
+    if folder is not None and folder.is_dir():
+        show(folder)
+
+
+def show(folder: Path) -> None:
+    """Print the multirun's leaderboard, winner, re-run, compare and upload commands; write the leaderboards.
+    Never raises: the jobs' results are already on disk, and a report is not worth losing the exit code."""
+    from grpo_lab.compare import leaderboard
+    from grpo_lab.compare.sources import SourceError, from_folder
+    from grpo_lab.redact import redact
+
+    try:
+        source = from_folder(folder)
+        board = leaderboard.build(source)
+        written = leaderboard.write_files(board, source.out_dir)
+    except (SourceError, OSError) as e:
+        log.warning("No leaderboard for %s: %s", redact(str(folder)), redact(str(e)))
+        return
+    lines = [""]
+    if source.kind != "study":  # a sweep's own table, best trial and command are printed by the sweeper
+        failures = _failures(board)
+        lines = [leaderboard.heading(board), leaderboard.as_text(board), *(["", *failures] if failures else [])]
+        lines += ["", *_winner(board)]
+    lines.append(f"Leaderboard: {', '.join(str(p) for p in written)}")
+    lines.append(f"Plots and --export: python -m grpo_lab.compare {shlex.quote(str(folder))}")
+    offline = sorted(folder.glob("*/wandb/offline-run-*"))
+    if offline:
+        lines.append(f"Upload its W&B runs: wandb sync {shlex.quote(str(folder))}/*/wandb/offline-run-*")
+    print(redact("\n".join(lines)), flush=True)
+
+
+def _failures(board: Any) -> list[str]:
+    failed = [row["_run"] for row in board.rows if row["state"] not in ("finished", "pruned")]
+    return [f"Job {run.name} {run.state}" + (f": {run.error}" if run.error else "") for run in failed]
+
+
+def _winner(board: Any) -> list[str]:
+    """The best finished run and its re-run command, or every run tied with it (same objective value)."""
+    from grpo_lab.sweep.report import rerun_command
+
+    metric, direction = board.source.metrics[0], board.source.directions[0]
+    finished = [row["_run"] for row in board.rows if row["state"] == "finished" and row["_run"].objective is not None]
+    if not finished:
+        return [f"No job finished with a value of {metric}: no winner."]
+    best = finished[0]
+    tied = [run for run in finished if run.objective == best.objective]
+    value = f"{metric} = {best.objective:.4g}"
+    if len(tied) > 1:
+        lines = [f"Tie: {len(tied)} jobs share the best {value} ({direction}); re-run any of them:"]
+        return lines + [f"  {run.name}: {rerun_command(run.overrides)}" for run in tied]
+    return [f"Winner: {best.name} ({value}, {direction}). Re-run it:", f"  {rerun_command(best.overrides)}"]
