@@ -12,7 +12,8 @@ random moment, and once the survivors end, the same command is run again to resu
   FAIL           trials recorded FAIL (the killed worker's trial: not counted, its number is not reused)
 
     python benchmarks/sweep_stress.py                                  # all storages, 2 and 4 workers, 10 reps
-    python benchmarks/sweep_stress.py --storages sqlite --workers 2 --reps 3 --check   # CI: exit 1 on any error
+    python benchmarks/sweep_stress.py --storages sqlite,postgresql --workers 2 --reps 2 --trials-per-worker 1 --check
+                                                                       # CI (tests/test_stress.py): exit 1 on any error
     python benchmarks/sweep_stress.py --merge a.json b.log          # one table of earlier (partial) runs
 
 PostgreSQL needs GRPO_LAB_TEST_POSTGRES_URL (an admin URL; each repetition creates its own database).
@@ -35,6 +36,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["experiment=smoke", "max_steps=2", "eval.before=false", "output.save_model=false"]
+WORK_ROOT: Path | None = None  # where each sweep's folder goes (--work; default: the system's temp folder)
 ERROR_COLUMNS = ("duplicates", "overshoot", "lost", "running", "short")
 
 
@@ -78,7 +80,7 @@ def _load(kind: str, where: str):
 def one_sweep(kind: str, workers: int, n_trials: int, kill: bool, rep: int, cache: Path) -> dict:
     from optuna.trial import TrialState
 
-    work = Path(tempfile.mkdtemp(prefix=f"stress_{kind}_{workers}_"))
+    work = Path(tempfile.mkdtemp(prefix=f"stress_{kind}_{workers}_", dir=WORK_ROOT))
     url, where = _storage(kind, work, rep)
     args = [sys.executable, "-m", "grpo_lab", "-m", "sweep=lr_beta", *FAST, f"hydra.sweeper.n_trials={n_trials}"]
     args += [f"hydra.sweeper.storage='{url}'", "hydra.sweeper.pruner.name=none", "hydra.sweeper.heartbeat_interval=1"]
@@ -138,6 +140,9 @@ def main() -> int:
     parser.add_argument("--no-hog", action="store_true", help="do not run a CPU hog beside the workers")
     parser.add_argument("--check", action="store_true", help="exit 1 when any error column is non-zero")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--trials-per-worker", type=int, default=2, help="n_trials = this x workers")
+    parser.add_argument("--work", type=Path, help="folder for the sweeps' folders (default: the temp folder)")
+    parser.add_argument("--cache", type=Path, help="grpo_lab's model cache to use (default: a new one)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "sweep_stress.json")
     parser.add_argument(
         "--merge",
@@ -163,19 +168,22 @@ def main() -> int:
 
 
 def _measure(opts: argparse.Namespace) -> list[dict]:
+    global WORK_ROOT
+    WORK_ROOT = opts.work
     random.seed(opts.seed)
     storages = [s for s in opts.storages.split(",") if s]
     if "postgresql" in storages and not os.environ.get("GRPO_LAB_TEST_POSTGRES_URL"):
         print("postgresql skipped: set GRPO_LAB_TEST_POSTGRES_URL", file=sys.stderr)
         storages.remove("postgresql")
-    cache = Path(tempfile.mkdtemp(prefix="stress_cache_"))
+    cache = opts.cache or Path(tempfile.mkdtemp(prefix="stress_cache_"))
     hog = None if opts.no_hog else subprocess.Popen([sys.executable, "-c", "while True: pass"])
     rows = []
     try:
         for kind in storages:
             for workers in (int(w) for w in opts.workers.split(",")):
                 for rep in range(opts.reps):
-                    row = one_sweep(kind, workers, 2 * workers, kill=rep % 2 == 1, rep=rep, cache=cache)
+                    n_trials = opts.trials_per_worker * workers
+                    row = one_sweep(kind, workers, n_trials, kill=rep % 2 == 1, rep=rep, cache=cache)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     finally:

@@ -103,21 +103,21 @@ PRUNE_SWEEP = """
 hydra:
   sweeper:
     study_name: prune
-    n_trials: 3
+    n_trials: 2
     objectives: [{metric: train/reward_end, direction: maximize}]
+    # One finished trial is enough for the median pruner to compare against.
     pruner: {name: median, n_startup_trials: 1, n_warmup_steps: 0}
     params:
       # An ideal length of 2 characters: every completion scores 0, clearly worse than 40.
       reward.functions.length.ideal_length: choice(40, 2)
     enqueue:
       - {reward.functions.length.ideal_length: 40}
-      - {reward.functions.length.ideal_length: 40}
       - {reward.functions.length.ideal_length: 2}
 """
 
 
 def run_prune_sweep(cwd: Path, cache: Path, *extra: str) -> list:
-    """Two good trials, then a clearly bad one that the median pruner stops early; returns the trials."""
+    """A good trial, then a clearly bad one that the median pruner stops early; returns the trials."""
     args = write_sweep(cwd / "conf", "prune", PRUNE_SWEEP)
     proc = run_cli(
         ["-m", *args, *FAST, "max_steps=6", "eval.after=false", "objective.metric=train/reward_end", *extra],

@@ -191,8 +191,8 @@ def test_ctrl_c_stops_a_grid_and_records_the_current_job(tmp_path, model_cache):
 def test_ctrl_c_fails_the_running_trial_and_the_same_command_resumes_the_sweep(tmp_path, model_cache):
     from optuna.trial import TrialState
 
-    # 30 steps: the signal lands mid-training; 2 trials: the resumed sweep stays short on a loaded machine.
-    args = ["-m", "sweep=lr_beta", *FAST, "max_steps=30", "hydra.sweeper.n_trials=2", "hydra.sweeper.pruner.name=none"]
+    # 30 steps: the signal lands mid-training; 1 trial: the resumed sweep stays short on a loaded machine.
+    args = ["-m", "sweep=lr_beta", *FAST, "max_steps=30", "hydra.sweeper.n_trials=1", "hydra.sweeper.pruner.name=none"]
     db = tmp_path / "outputs" / "sweeps" / "optuna.db"
     running: list[int] = []
 
@@ -221,8 +221,7 @@ def test_ctrl_c_fails_the_running_trial_and_the_same_command_resumes_the_sweep(t
     again = run_cli(args, tmp_path, model_cache, timeout=600)  # the same command again
     assert again.returncode == 0, again.stderr[-4000:]
     trials = load_study(tmp_path, "lr_beta").trials
-    assert len([t for t in trials if t.state == TrialState.COMPLETE]) == 2
-    assert trials[running[0]].state == TrialState.FAIL
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]  # the FAIL one is not counted
 
 
 def test_sigterm_to_a_multi_process_job_ends_every_child_within_10_s(tmp_path, model_cache):

@@ -133,7 +133,8 @@ def test_a_sweep_with_two_processes_per_trial(tmp_path, model_cache):
 
 def test_pruning_a_two_process_trial_stops_every_rank_at_once(tmp_path, model_cache):
     trials = run_prune_sweep(tmp_path, model_cache, "launcher=ddp", "launcher.num_processes=2")
-    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.PRUNED]
-    assert len(trials[2].intermediate_values) < 6  # reported once per step by the main process only
-    log = (tmp_path / "outputs" / "sweeps" / "prune" / "trial_2" / "launch" / "children.log").read_text()
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.PRUNED]
+    assert len(trials[0].intermediate_values) == 6  # reported once per step, by the main process only
+    assert len(trials[1].intermediate_values) < 6
+    log = (tmp_path / "outputs" / "sweeps" / "prune" / "trial_1" / "launch" / "children.log").read_text()
     assert "Traceback" not in log  # both ranks stopped cleanly at the same step
