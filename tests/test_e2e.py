@@ -63,6 +63,9 @@ def test_smoke_run_prints_a_summary(smoke_run):
     assert "accuracy" in proc.stdout and "reward" in proc.stdout
     assert f"run folder   {job}" in proc.stdout or str(job.relative_to(job.parents[3])) in proc.stdout
     assert "wandb sync " in proc.stdout
+    printed = proc.stdout[proc.stdout.index("== grpo_lab run") :]
+    assert (job / "summary.txt").read_text().strip() == printed.strip()  # kept in the run folder too
+    assert "Run history" not in proc.stderr and "Run summary" not in proc.stderr  # W&B's quiet setting
 
 
 def test_smoke_run_is_one_offline_wandb_run_with_trl_metrics(smoke_run):

@@ -91,7 +91,13 @@ def test_grpo_sweep_runs_trials_tracks_them_and_best_yaml_reruns(tmp_path, model
     assert {r.group for r in runs.values()} == {"grpo"}
     assert all(r.config["trial"]["number"] == n for n, r in runs.items())
     assert runs[0].config["lr"] == pytest.approx(study.trials[0].params["lr"])
-    # The table and the best trial.
+    # One line per finished trial (its full summary in its folder), W&B's own blocks off; then the table.
+    assert "== grpo_lab run" not in proc.stdout and "Run history" not in proc.stdout + proc.stderr
+    for trial in study.get_trials(states=(TrialState.COMPLETE,)):
+        summary_file = sweep_dir / f"trial_{trial.number}" / "summary.txt"
+        assert f"Trial {trial.number} finished: eval_after/accuracy = " in proc.stdout
+        assert f"({summary_file})" in proc.stdout
+        assert f"== grpo_lab run `trial_{trial.number}`: finished ==" in summary_file.read_text()
     assert "== grpo_lab sweep `grpo`" in proc.stdout and "Best trial: #" in proc.stdout
     best = yaml.safe_load((sweep_dir / "best.yaml").read_text())
     assert best["trial"] == study.best_trial.number

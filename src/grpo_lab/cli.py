@@ -175,7 +175,12 @@ def task(cfg: DictConfig) -> float:
         else:
             log.error("%s", line)
         sys.exit(1)
-    print(summary.format_run(result), flush=True)
+    from grpo_lab.records import write_summary
+
+    text = summary.format_run(result)
+    summary_file = write_summary(result.run_dir, text)
+    trial = run_cfg.trial
+    print(text if trial is None else summary.format_trial(result, trial.number, summary_file), flush=True)
     return Objective(result.objective, result.metrics)
 
 

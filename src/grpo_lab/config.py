@@ -141,6 +141,8 @@ class LoggerConfig:
     name: str | None
     job_type: str
     tags: list[str]
+    # W&B's own console blocks (run history and summary, "Find logs at"): off, our run summary says it all.
+    quiet: bool
 
 
 @dataclass(frozen=True)

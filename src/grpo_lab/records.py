@@ -6,6 +6,7 @@ environment.json     package versions, python, platform, git commit of the proje
 history.jsonl        one line per logged trainer step (written live, survives a crash)
 eval_periodic.jsonl  one line per periodic evaluation (`eval.every_n_steps`, written live)
 metrics.json         status, objective, before/after evaluation, final training metrics, periodic evals
+summary.txt          the run's readable summary (printed at the end of a single run or grid job)
 eval_*.jsonl         the held-out completions, graded (eval_before.jsonl, eval_after.jsonl)
 trainer/checkpoint-N the trainer's checkpoints (`trainer.save_strategy=steps`), for `resume=<run folder>`
 model/               the final model or LoRA adapter (unless output.save_model=false)
@@ -43,6 +44,7 @@ ENVIRONMENT = "environment.json"
 HISTORY = "history.jsonl"
 EVAL_PERIODIC = "eval_periodic.jsonl"
 METRICS = "metrics.json"
+SUMMARY = "summary.txt"
 TRAINER = "trainer"
 MODEL = "model"
 
@@ -232,6 +234,12 @@ class RunResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     durations: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+
+
+def write_summary(run_dir: Path, text: str) -> Path:
+    path = run_dir / SUMMARY
+    write_atomic(path, redact(text))
+    return path
 
 
 def write_metrics(result: RunResult, **extra: Any) -> None:

@@ -18,6 +18,16 @@ def _pct(value: Any) -> str:
     return f"{100 * value:.1f}%"
 
 
+def format_trial(result: Any, number: int, summary_file: Any) -> str:
+    """One line per sweep trial (its full summary is in the trial folder): the sweep's table comes last."""
+    m = result.metrics
+    return (
+        f"Trial {number} {result.status}: {result.objective_metric} = {_num(result.objective, 4)}, reward "
+        f"{_num(m.get('train/reward_start'))} -> {_num(m.get('train/reward_end'))} over {int(m.get('train/steps', 0))} "
+        f"steps, {_num(result.durations.get('total'), 1)} s  ({summary_file})"
+    )
+
+
 def format_run(result: Any) -> str:
     """A short block of text for the end of `python -m grpo_lab` (RunResult -> str)."""
     m = result.metrics

@@ -126,7 +126,7 @@ class Tracker:
         return self.info
 
     def _init(self, wandb: Any, config: dict[str, Any], *, mode: str, run_id: str, resume: bool) -> Any:
-        settings: dict[str, Any] = {}
+        settings: dict[str, Any] = {"quiet": self.cfg.quiet}
         if mode == "online" and not os.environ.get("WANDB_INIT_TIMEOUT"):
             settings["init_timeout"] = INIT_TIMEOUT_S
         with _redacted_argv():  # W&B records the command line in the run's metadata
