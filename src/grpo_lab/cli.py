@@ -246,6 +246,15 @@ def main() -> None:
         sys.exit(_report(e))
 
 
+def console_main() -> None:
+    """The `grpo-lab` command: `python -m grpo_lab`, with the current directory importable as `-m` makes it
+    (so that `_target_: my_rewards.fn` finds `./my_rewards.py`; user modules are imported only later, by
+    Hydra's instantiate)."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    main()
+
+
 def _resume_run_dir(args: list[str]) -> list[str]:
     """`resume=<run folder>` of a single run: Hydra's run dir becomes that folder, so that continuing a run
     does not leave a second, empty run folder behind (unless the user set `hydra.run.dir` themselves)."""

@@ -176,32 +176,17 @@ def _run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) -
     launch_dir = ctx.run_dir / "launch"
     launch_dir.mkdir(parents=True, exist_ok=True)
     models.prepare(cfg.model, ctx.cache_dir)  # convert/build once here, not once per process
-    child_env = dict(env)
-    if cfg.launcher.gpus_per_job is not None:
-        gpus = assign_gpus(
-            slot, cfg.launcher.gpus_per_job, visible_gpus(env.get("CUDA_VISIBLE_DEVICES"), _cuda_count())
-        )
-        child_env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-        log.info("Job slot %d: GPUs %s", slot, child_env["CUDA_VISIBLE_DEVICES"])
-    port = cfg.launcher.main_process_port or free_port()
-    job_file = launch_dir / "job.json"
     # The main child records the run in metrics.json, as a single-process run does: that is the result.
     # A resumed run's old metrics.json stays until then (the children read its W&B id); only a fresh one counts.
     metrics_file = ctx.run_dir / records.METRICS
     stale = metrics_file.read_bytes() if metrics_file.exists() else None
-    job = {
-        "config": ctx.resolved_config,  # the composed config, as the parent validated it
-        "context": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(ctx).items()},
-        "parent_pid": os.getpid(),  # the children stop if this process dies
-    }
-    records.write_json(job_file, job, redact_secrets=False)  # the children need the real values
-    argv = command(cfg.launcher, job_file, port)
+    argv = command(cfg.launcher, _write_job(ctx, launch_dir), cfg.launcher.main_process_port or free_port())
     log.info("Launching %d processes: %s", cfg.launcher.num_processes, " ".join(argv))
     tail: deque[str] = deque(maxlen=_TAIL_LINES)
     with (launch_dir / "children.log").open("w", encoding="utf-8") as log_file:
         proc = subprocess.Popen(
             argv,
-            env=child_env,
+            env=_child_env(cfg, env, slot),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -222,7 +207,37 @@ def _run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) -
         finally:
             pump.join(timeout=10)
     fresh = metrics_file.exists() and metrics_file.read_bytes() != stale
-    result = records.read_result(ctx.run_dir) if fresh else None
+    return _result(cfg, records.read_result(ctx.run_dir) if fresh else None, code, launch_dir / "children.log", tail)
+
+
+def _child_env(cfg: RunConfig, env: dict[str, str], slot: int) -> dict[str, str]:
+    """The children's environment: the parent's, with this job slot's GPUs when `launcher.gpus_per_job` is set."""
+    child_env = dict(env)
+    if cfg.launcher.gpus_per_job is not None:
+        gpus = assign_gpus(
+            slot, cfg.launcher.gpus_per_job, visible_gpus(env.get("CUDA_VISIBLE_DEVICES"), _cuda_count())
+        )
+        child_env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        log.info("Job slot %d: GPUs %s", slot, child_env["CUDA_VISIBLE_DEVICES"])
+    return child_env
+
+
+def _write_job(ctx: Any, launch_dir: Path) -> Path:
+    """launch/job.json: what every child runs (the config as the parent composed and validated it)."""
+    from grpo_lab import records
+
+    job = {
+        "config": ctx.resolved_config,
+        "context": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(ctx).items()},
+        "parent_pid": os.getpid(),  # the children stop if this process dies
+    }
+    job_file = launch_dir / "job.json"
+    records.write_json(job_file, job, redact_secrets=False)  # the children need the real values
+    return job_file
+
+
+def _result(cfg: RunConfig, result: Any, code: int, log_path: Path, tail: deque[str]) -> Any:
+    """The main child's RunResult when the job finished; TrialPruned or a LaunchError with the log's tail."""
     if result is not None and result.status == "pruned":
         import optuna
 
@@ -233,7 +248,7 @@ def _run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) -
     message = "\n".join(tail)
     raise LaunchError(
         f"The {cfg.launcher.num_processes} training processes failed (exit code {code}){reason}; "
-        f"last lines of {launch_dir / 'children.log'}:\n{message}"
+        f"last lines of {log_path}:\n{message}"
     )
 
 

@@ -17,7 +17,6 @@ is stored in the ConfigStore in its place. `hydra.searchpath` entries come after
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -127,16 +126,6 @@ def _as_dir(path: str | None) -> Path | None:
     elif "://" in path:
         return None
     return Path(path).resolve()
-
-
-def console_main() -> None:
-    """The `grpo-lab` command: `python -m grpo_lab`, with the current directory importable as `-m` makes it
-    (so that `_target_: my_rewards.fn` finds `./my_rewards.py`)."""
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    from grpo_lab.cli import main
-
-    main()
 
 
 def cache_dir() -> Path:

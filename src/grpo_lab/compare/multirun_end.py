@@ -24,14 +24,15 @@ from omegaconf import DictConfig
 
 log = logging.getLogger("grpo_lab")
 
-# The folder of the multirun that started and has not printed its end yet (at most one per process).
-_pending: Path | None = None
+# The config of the multirun that started and has not printed its end yet (at most one per process); its
+# folder is read at the end, because a sweeper may move it in its setup (ours does: outputs/sweeps/<study>).
+_pending: DictConfig | None = None
 
 
 class Leaderboard(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _pending
-        _pending = Path(str(config.hydra.sweep.dir))
+        _pending = config
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         global _pending
@@ -42,7 +43,8 @@ class Leaderboard(Callback):
 def finish_failed() -> None:
     """The end of a multirun that a failed job cut short (Hydra did not call `on_multirun_end`)."""
     global _pending
-    folder, _pending = _pending, None
+    config, _pending = _pending, None
+    folder = None if config is None else Path(str(config.hydra.sweep.dir))
     if folder is not None and folder.is_dir():
         show(folder)
 

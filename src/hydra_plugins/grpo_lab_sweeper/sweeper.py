@@ -109,18 +109,14 @@ class GrpoOptunaSweeper(Sweeper):
         from grpo_lab.paths import config_groups
         from grpo_lab.sweep import retention
         from grpo_lab.sweep import storage as st
-        from grpo_lab.sweep.report import trials_table, write_best
+        from grpo_lab.sweep.report import write_best
         from grpo_lab.sweep.retention import check_policy
-        from grpo_lab.sweep.samplers import build_pruner, build_sampler
         from grpo_lab.sweep.space import expand_wildcards, parse_space
 
         s = self.settings
-        objectives = list(s.objectives)
-        for o in objectives:
-            check_metric_name(o.metric)
-        metrics = [o.metric for o in objectives]
-        directions = [o.direction for o in objectives]
-        multi = len(objectives) > 1
+        metrics = [o.metric for o in s.objectives]
+        for metric in metrics:
+            check_metric_name(metric)
         params = expand_wildcards(OmegaConf.to_container(s.params) or {}, self.config)
         space = parse_space(params, arguments, config_groups())
         url = s.storage or DEFAULT_STORAGE
@@ -128,6 +124,37 @@ class GrpoOptunaSweeper(Sweeper):
             url, heartbeat_interval=s.heartbeat_interval, grace_period=s.grace_period, max_retry=s.retry_failed
         )
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study, worker = self._open_study(storage, url, metrics, [o.direction for o in s.objectives])
+        check_policy(s.keep_models, s.keep_top_k)
+        distributions = {p.name: p.distribution for p in space.params}
+        while True:
+            trials = st.claim_trials(
+                study, storage, url, target=s.n_trials, batch=s.n_jobs, distributions=distributions
+            )
+            if not trials:
+                break
+            try:
+                self._run_batch(study, storage, url, trials, space, metrics, worker)
+            except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (grpo_lab.interrupts.Interrupted): stop the sweep
+                self._interrupted(study, trials, e)
+                raise
+            retention.apply(study, s.keep_models, s.keep_top_k)
+            write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=redact(url))
+            self._check_failures(study)
+        with st.claim_lock(url, storage, s.study_name):
+            st.fail_stale(study, storage)
+        self._report(study, url, metrics, kept=retention.apply(study, s.keep_models, s.keep_top_k))
+
+    def _open_study(self, storage: Any, url: str, metrics: list[str], directions: list[str]) -> tuple[Any, int]:
+        """Create or join the study (under the claim lock: several workers may start at once); this worker's
+        number, its sampler (seed + worker number) and the pruner."""
+        import optuna
+
+        from grpo_lab.sweep import storage as st
+        from grpo_lab.sweep.samplers import build_pruner, build_sampler
+
+        s = self.settings
+        multi = len(metrics) > 1
         with st.claim_lock(url, storage, s.study_name):
             study = st.create_or_load_study(
                 s.study_name, storage, directions=directions, sampler=optuna.samplers.RandomSampler(), pruner=None
@@ -153,32 +180,18 @@ class GrpoOptunaSweeper(Sweeper):
             worker,
             seed,
         )
-        check_policy(s.keep_models, s.keep_top_k)
-        distributions = {p.name: p.distribution for p in space.params}
-        while True:
-            trials = st.claim_trials(
-                study, storage, url, target=s.n_trials, batch=s.n_jobs, distributions=distributions
-            )
-            if not trials:
-                break
-            try:
-                self._run_batch(study, storage, url, trials, space, metrics, worker)
-            except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (grpo_lab.interrupts.Interrupted): stop the sweep
-                self._interrupted(study, trials, e)
-                raise
-            retention.apply(study, s.keep_models, s.keep_top_k)
-            write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=redact(url))
-            self._check_failures(study)
-        with st.claim_lock(url, storage, s.study_name):
-            st.fail_stale(study, storage)
-        kept = retention.apply(study, s.keep_models, s.keep_top_k)
+        return study, worker
+
+    def _report(self, study: Any, url: str, metrics: list[str], kept: list) -> None:
+        """The end of the sweep: the trials table, best.yaml, the best trial(s) and how to run them again."""
+        from grpo_lab.sweep.report import best_trials, trials_table, write_best
+
+        s = self.settings
         print(f"\n== grpo_lab sweep `{s.study_name}` ({redact(url)}) ==", flush=True)
         print(trials_table(study, metrics), flush=True)
         best = write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=redact(url))
         if best is not None:
-            from grpo_lab.sweep.report import best_trials
-
-            label = "Pareto-optimal trials" if multi else "Best trial"
+            label = "Pareto-optimal trials" if len(metrics) > 1 else "Best trial"
             print(f"\n{label}: {', '.join('#' + str(t.number) for t in best_trials(study))}  (details in {best})")
             for t in best_trials(study)[:5]:
                 print(f"  #{t.number}: {t.user_attrs.get('command', '')}")
