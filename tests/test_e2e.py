@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from wandb_files import find_runs, read_run
 
 from conftest import REPO, run_cli
 
+EVALS = ("eval_before.jsonl", "eval_after.jsonl")
 STEP_KEYS = ("train/reward", "train/reward_std", "train/kl", "train/completions/mean_length")
 
 
@@ -55,12 +57,27 @@ def test_smoke_run_writes_the_run_folder(smoke_run):
     assert config["model"]["name_or_path"] == "builtin:tiny-llama" and "hydra" not in config
     history = [json.loads(line) for line in (job / "history.jsonl").read_text().splitlines()]
     assert [row["step"] for row in history] == [1, 2, 3, 4]
+    # Every proportion with its 95% interval, the change over the same items with its own, item by item.
+    m = metrics["metrics"]
+    for prefix in ("eval_before", "eval_after"):
+        for name in ("accuracy", "format"):
+            assert m[f"{prefix}/{name}_ci_low"] <= m[f"{prefix}/{name}"] <= m[f"{prefix}/{name}_ci_high"]
+            assert m[f"{prefix}/{name}_ci_high"] - m[f"{prefix}/{name}_ci_low"] > 0.2  # 8 items decide little
+    change = m["eval_change/accuracy"]
+    assert change == pytest.approx(m["eval_after/accuracy"] - m["eval_before/accuracy"])
+    assert m["eval_change/accuracy_ci_low"] <= change <= m["eval_change/accuracy_ci_high"]
+    assert 0 < m["eval_change/accuracy_p_value"] <= 1
+    before, after = ([json.loads(line) for line in (job / f).read_text().splitlines()] for f in EVALS)
+    assert [r["item"] for r in before] == [r["item"] for r in after] == list(range(8))
+    assert [r["question"] for r in before] == [r["question"] for r in after]
 
 
 def test_smoke_run_prints_a_summary(smoke_run):
     proc, job = smoke_run
     assert "== grpo_lab run `smoke`: finished ==" in proc.stdout
     assert "accuracy" in proc.stdout and "reward" in proc.stdout
+    assert re.search(r"accuracy +\d+\.\d% \[\d+%, \d+%\] -> \d+\.\d% \[\d+%, \d+%\]", proc.stdout), proc.stdout
+    assert re.search(r"change [+-]\d+\.\d pts \[[+-]\d+, [+-]\d+\], McNemar p = ", proc.stdout), proc.stdout
     assert f"run folder   {job}" in proc.stdout or str(job.relative_to(job.parents[3])) in proc.stdout
     assert "wandb sync " in proc.stdout
     printed = proc.stdout[proc.stdout.index("== grpo_lab run") :]
@@ -82,6 +99,7 @@ def test_smoke_run_is_one_offline_wandb_run_with_trl_metrics(smoke_run):
     # The whole resolved Hydra config, nested, beside TRL's flat arguments.
     assert run.config["model"]["name_or_path"] == "builtin:tiny-llama"
     assert run.config["reward"]["weights"]["correctness"] == 2.0
+    assert "eval_after/accuracy_ci_high" in run.summary and "eval_change/accuracy_p_value" in run.summary
     assert run.config["learning_rate"] == 1e-4 and run.config["world_size"] == 1
     assert "eval_after/accuracy" in run.summary and "objective" in run.summary
 

@@ -12,6 +12,11 @@ from typing import Any
 from grpo_lab.config import EvalConfig
 from grpo_lab.rewards.format import strict_format
 from grpo_lab.rewards.math import correctness
+from grpo_lab.stats import paired_change, wilson
+
+# The proportions an evaluation measures (and the per-item key each is read from): each gets its 95%
+# interval and, before vs after, a paired change.
+PROPORTIONS = {"accuracy": "correct", "format": "format"}
 
 
 @dataclass(frozen=True)
@@ -20,17 +25,44 @@ class EvalResult:
     format: float
     num_samples: int
     mean_length: float  # completion tokens
-    samples: list[dict[str, Any]]
+    samples: list[dict[str, Any]]  # one per item, in the eval set's order: item, correct, format, completion
 
     def scores(self) -> dict[str, float]:
         """accuracy, format and mean_length (`config.EVAL_METRICS`): what a periodic evaluation reports."""
         return {"accuracy": self.accuracy, "format": self.format, "mean_length": self.mean_length}
 
+    def outcomes(self, name: str) -> list[bool]:
+        """Per item, 0/1 for `accuracy` (items with a gradable reference only) or `format`."""
+        key = PROPORTIONS[name]
+        return [bool(s[key]) for s in self.samples if s[key] is not None]
+
     def metrics(self, prefix: str) -> dict[str, float]:
-        """The scores and the sample count as metrics.json keys, e.g. `eval_after/accuracy`."""
-        return {f"{prefix}/{k}": v for k, v in self.scores().items()} | {
-            f"{prefix}/num_samples": float(self.num_samples)
+        """The scores, their 95% Wilson intervals and the sample count as metrics.json keys, e.g.
+        `eval_after/accuracy`, `eval_after/accuracy_ci_low`, `eval_after/accuracy_ci_high`."""
+        out = {f"{prefix}/{k}": v for k, v in self.scores().items()}
+        for name in PROPORTIONS:
+            outcomes = self.outcomes(name)
+            out[f"{prefix}/{name}_ci_low"], out[f"{prefix}/{name}_ci_high"] = wilson(sum(outcomes), len(outcomes))
+        return out | {f"{prefix}/num_samples": float(self.num_samples)}
+
+
+def change_metrics(before: EvalResult, after: EvalResult) -> dict[str, float]:
+    """after - before on the same items: `eval_change/accuracy` with its paired 95% interval, the exact
+    McNemar p-value and the counts of items gained and lost."""
+    out: dict[str, float] = {}
+    for name, key in PROPORTIONS.items():
+        pairs = [(b[key], a[key]) for b, a in zip(before.samples, after.samples, strict=True)]
+        pairs = [(b, a) for b, a in pairs if b is not None and a is not None]  # items without a reference
+        change = paired_change([bool(b) for b, _ in pairs], [bool(a) for _, a in pairs])
+        out |= {
+            f"eval_change/{name}": change.change,
+            f"eval_change/{name}_ci_low": change.ci_low,
+            f"eval_change/{name}_ci_high": change.ci_high,
+            f"eval_change/{name}_p_value": change.p_value,
+            f"eval_change/{name}_gained": float(change.gained),
+            f"eval_change/{name}_lost": float(change.lost),
         }
+    return out
 
 
 def generate_greedy(model: Any, tokenizer: Any, prompts: list[list[dict]], cfg: EvalConfig, desc: str) -> list[Any]:
@@ -71,9 +103,10 @@ def evaluate(model: Any, tokenizer: Any, dataset: Any, cfg: EvalConfig, desc: st
     correct = correctness(completions=texts, answer=answers)
     formatted = strict_format(completions=texts)
     graded = [c for c in correct if c is not None]
+    # `item`: the position in the eval set, so that two runs on the same set can be compared item by item.
     samples = [
-        {"question": q, "answer": a, "completion": t, "correct": c, "format": f}
-        for q, a, t, c, f in zip(dataset["question"], answers, texts, correct, formatted, strict=True)
+        {"item": i, "question": q, "answer": a, "completion": t, "correct": c, "format": f}
+        for i, (q, a, t, c, f) in enumerate(zip(dataset["question"], answers, texts, correct, formatted, strict=True))
     ]
     return EvalResult(
         accuracy=sum(graded) / len(graded) if graded else float("nan"),

@@ -18,6 +18,39 @@ def _pct(value: Any) -> str:
     return f"{100 * value:.1f}%"
 
 
+def _with_ci(m: dict[str, Any], prefix: str, name: str) -> str:
+    """`21.9% [11%, 39%]`: the value and its 95% interval (when recorded)."""
+    value = _pct(m.get(f"{prefix}/{name}"))
+    low, high = m.get(f"{prefix}/{name}_ci_low"), m.get(f"{prefix}/{name}_ci_high")
+    if value == "-" or not isinstance(low, int | float) or not isinstance(high, int | float):
+        return value
+    return f"{value} [{100 * low:.0f}%, {100 * high:.0f}%]"
+
+
+def _items(m: dict[str, Any]) -> str:
+    """`, 32 items: differences under ~24 pts are noise`: what the eval set's size can tell apart."""
+    from grpo_lab.stats import detectable_difference
+
+    n = m.get("eval_after/num_samples") or m.get("eval_before/num_samples")
+    if not isinstance(n, int | float) or n <= 0:
+        return ""
+    return f", {int(n)} items: differences under ~{100 * detectable_difference(int(n)):.0f} pts are noise"
+
+
+def _change(m: dict[str, Any], name: str) -> list[str]:
+    """The paired change before -> after on the same items, when both evaluations ran."""
+    key = f"eval_change/{name}"
+    if not isinstance(m.get(key), int | float) or math.isnan(m[key]):
+        return []
+    p = m[f"{key}_p_value"]
+    verdict = "a real change at 95%" if p < 0.05 else "not distinguishable from no change"
+    return [
+        f"               change {100 * m[key]:+.1f} pts [{100 * m[f'{key}_ci_low']:+.0f}, "
+        f"{100 * m[f'{key}_ci_high']:+.0f}], McNemar p = {p:.2g} ({int(m[f'{key}_gained'])} items gained, "
+        f"{int(m[f'{key}_lost'])} lost): {verdict}"
+    ]
+
+
 def format_trial(result: Any, number: int, summary_file: Any) -> str:
     """One line per sweep trial (its full summary is in the trial folder): the sweep's table comes last."""
     m = result.metrics
@@ -39,9 +72,11 @@ def format_run(result: Any) -> str:
         f"(last steps) over {int(m.get('train/steps', 0))} steps",
         f"  kl (last)    {_num(m.get('train/kl'), 4)}   completion length (last) "
         f"{_num(m.get('train/completions/mean_length'), 1)} tokens",
-        f"  accuracy     {_pct(m.get('eval_before/accuracy'))} -> {_pct(m.get('eval_after/accuracy'))} "
-        "(held-out, greedy)",
-        f"  format       {_pct(m.get('eval_before/format'))} -> {_pct(m.get('eval_after/format'))} (strict tags)",
+        f"  accuracy     {_with_ci(m, 'eval_before', 'accuracy')} -> {_with_ci(m, 'eval_after', 'accuracy')} "
+        f"(held-out, greedy{_items(m)})",
+        *_change(m, "accuracy"),
+        f"  format       {_with_ci(m, 'eval_before', 'format')} -> {_with_ci(m, 'eval_after', 'format')} (strict tags)",
+        *_change(m, "format"),
         f"  objective    {result.objective_metric} = {_num(result.objective, 4)}",
         f"  time         {_num(result.durations.get('total'), 1)} s (train {_num(result.durations.get('train'), 1)} s)",
         f"  run folder   {result.run_dir}",

@@ -27,7 +27,7 @@ from grpo_lab import data as data_mod
 from grpo_lab import interrupts, models, records
 from grpo_lab.config import RunConfig, to_grpo_config
 from grpo_lab.errors import GrpoLabError
-from grpo_lab.evaluate import EvalResult, evaluate
+from grpo_lab.evaluate import EvalResult, change_metrics, evaluate
 from grpo_lab.records import RunResult
 from grpo_lab.rewards import build_rewards
 from grpo_lab.tracking import Tracker
@@ -229,6 +229,7 @@ class Recorder:
         self.metrics: dict[str, float] = {}
         self.rows: list[dict[str, Any]] = []  # history.jsonl
         self.evals: list[dict[str, Any]] = []  # eval_periodic.jsonl
+        self.held_out: dict[str, EvalResult] = {}  # eval_before / eval_after, for the paired change
         self.extra: dict[str, Any] = {}  # more metrics.json keys: resumed_from, params
         self.trainer: Any = None  # for the step reached when interrupted
         self.closed = False
@@ -272,6 +273,9 @@ class Recorder:
         """An evaluation before or after training: its metrics, and its graded completions as `<name>.jsonl`."""
         self.metrics |= result.metrics(name)
         records.write_eval(self.job.ctx.run_dir, name, result.samples)
+        self.held_out[name] = result
+        if name == "eval_after" and "eval_before" in self.held_out:  # the same items, before and after
+            self.metrics |= change_metrics(self.held_out["eval_before"], result)
 
     def result(self, status: str, objective: float = float("nan"), **metrics: float) -> RunResult:
         job = self.job

@@ -1,0 +1,101 @@
+"""How much to trust an evaluation: 95% intervals for proportions and for paired changes, on the same items.
+
+- :func:`wilson`: the Wilson score interval for k successes in n items (good coverage at small n and
+  near 0 or 1, where the usual p +- 1.96 SE collapses to a point).
+- :func:`paired_change`: after - before on the same items, with Newcombe's hybrid score interval for
+  paired proportions (1998, method 10) and the exact McNemar p-value (a two-sided binomial test on the
+  items that changed). Only discordant items carry information: 7/32 -> 9/32 is nothing if it is two
+  lucky flips.
+
+Pure Python: no scipy in the dependencies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+Z95 = 1.959963984540054  # the two-sided 95% normal quantile
+
+
+def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval for a proportion; (nan, nan) for n = 0."""
+    if n <= 0:
+        return (math.nan, math.nan)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    low = 0.0 if successes <= 0 else max(0.0, centre - half)  # exact at the ends, not 1e-17 off
+    high = 1.0 if successes >= n else min(1.0, centre + half)
+    return (low, high)
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar p-value: b items went 1 -> 0, c went 0 -> 1; under no change each is a coin flip."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    k = min(b, c)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+@dataclass(frozen=True)
+class PairedChange:
+    """after - before over the same n items (each 0 or 1)."""
+
+    n: int
+    before: float
+    after: float
+    change: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    gained: int  # items 0 -> 1
+    lost: int  # items 1 -> 0
+
+
+def paired_change(before: Sequence[bool], after: Sequence[bool], z: float = Z95) -> PairedChange:
+    """The change of a proportion measured twice on the same items, with its interval and McNemar p-value."""
+    if len(before) != len(after):
+        raise ValueError(f"paired items differ in number: {len(before)} before, {len(after)} after")
+    n = len(before)
+    both = sum(1 for x, y in zip(before, after, strict=True) if x and y)
+    lost = sum(1 for x, y in zip(before, after, strict=True) if x and not y)
+    gained = sum(1 for x, y in zip(before, after, strict=True) if not x and y)
+    neither = n - both - lost - gained
+    if n == 0:
+        return PairedChange(0, math.nan, math.nan, math.nan, math.nan, math.nan, 1.0, 0, 0)
+    p1, p2 = (both + lost) / n, (both + gained) / n
+    (l1, u1), (l2, u2) = wilson(both + lost, n, z), wilson(both + gained, n, z)
+    margins = (both + lost) * (gained + neither) * (both + gained) * (lost + neither)
+    # The correlation of the pairs, shrunk as Newcombe does (ad - bc - n/2 when positive): unshrunk, items that
+    # never changed would give a zero-width interval, as if the change were known exactly.
+    concordance = both * neither - lost * gained
+    if concordance > 0:
+        concordance = max(concordance - n / 2, 0.0)
+    phi = concordance / math.sqrt(margins) if margins > 0 else 0.0
+    change = p2 - p1
+    down = math.sqrt(max(0.0, (p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2))
+    up = math.sqrt(max(0.0, (u2 - p2) ** 2 - 2 * phi * (u2 - p2) * (p1 - l1) + (p1 - l1) ** 2))
+    return PairedChange(
+        n=n,
+        before=p1,
+        after=p2,
+        change=change,
+        ci_low=max(-1.0, change - down),
+        ci_high=min(1.0, change + up),
+        p_value=mcnemar_exact(lost, gained),
+        gained=gained,
+        lost=lost,
+    )
+
+
+def detectable_difference(n: int, p: float = 0.5, z: float = Z95) -> float:
+    """Roughly the smallest change of a proportion near `p` that n items can tell from noise at 95% (two
+    independent measurements; paired ones on the same items do somewhat better)."""
+    if n <= 0:
+        return math.nan
+    return z * math.sqrt(2 * p * (1 - p) / n)
