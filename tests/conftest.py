@@ -99,6 +99,22 @@ def load_study(cwd: Path, name: str, storage: str | None = None):
     return optuna.load_study(study_name=name, storage=storage or sqlite_url(cwd))
 
 
+def trials_if_ready(load) -> list | None:
+    """`load().trials` while a worker may still be creating the study: None until it exists. A reader racing
+    the creation sees no study yet (KeyError) or half of Optuna's schema ("table ... already exists" when its
+    own RDBStorage tries to create it too): the race the sweep's workers retry, `storage.is_race`."""
+    from grpo_lab.sweep.storage import is_race
+
+    try:
+        return load().trials
+    except KeyError:
+        return None
+    except Exception as e:
+        if is_race(e):
+            return None
+        raise
+
+
 PRUNE_SWEEP = """
 hydra:
   sweeper:

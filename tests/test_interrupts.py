@@ -23,7 +23,7 @@ from grpo_lab.launch import alive, descendants
 from test_launch import DDP
 from wandb_files import find_runs, read_run
 
-from conftest import FAST, cli_env, load_study, run_cli
+from conftest import FAST, cli_env, load_study, run_cli, trials_if_ready
 
 CLI = [sys.executable, "-m", "grpo_lab"]
 LONG = [*FAST, "max_steps=500"]  # long enough that the signal always lands mid-training
@@ -199,9 +199,8 @@ def test_ctrl_c_fails_the_running_trial_and_the_same_command_resumes_the_sweep(t
     def a_trial_trains() -> bool:
         if not db.exists():
             return False
-        try:
-            trials = load_study(tmp_path, "lr_beta").trials
-        except KeyError:  # the study is not created yet
+        trials = trials_if_ready(lambda: load_study(tmp_path, "lr_beta"))
+        if trials is None:  # the study is not created yet
             return False
         history = tmp_path / "outputs" / "sweeps" / "lr_beta" / "trial_{}" / "history.jsonl"
         running[:] = [

@@ -28,6 +28,7 @@ from conftest import (
     run_cli,
     run_prune_sweep,
     sqlite_url,
+    trials_if_ready,
     write_sweep,
 )
 from conftest import load_study as load_sqlite_study
@@ -224,9 +225,8 @@ def test_resume_after_a_killed_worker(tmp_path, model_cache, kind):
     def trial_1_running() -> bool:
         if not db.exists() or not history.exists():
             return False
-        try:
-            trials = load_study(tmp_path, "lr_beta").trials
-        except KeyError:  # the study is not created yet
+        trials = trials_if_ready(lambda: load_study(tmp_path, "lr_beta"))
+        if trials is None:  # the study is not created yet
             return False
         return len(trials) == 2 and trials[1].state == TrialState.RUNNING
 

@@ -1,4 +1,5 @@
-"""The leaderboard: one row per run or trial, sorted by the objective, with health flags.
+"""The leaderboard: one row per run or trial, sorted by the objective, with health flags and, for a held-out
+proportion, each run's 95% interval and its paired comparison with the leader (`ci95`, `vs_#1`: paired.py).
 
 Health flags, read from each run's logged steps (history.jsonl or W&B history):
     no-signal     reward_std ~ 0 over the last steps: every group scored alike, GRPO has no gradient
@@ -81,6 +82,13 @@ class Board:
     source: Source
     params: list[str]
     rows: list[dict[str, Any]]  # ordered best first
+    paired: bool = False  # rows carry intervals and the comparison with the leader (compare/paired.py)
+
+    @property
+    def csv_columns(self) -> list[str]:
+        """The columns plus the numbers behind `ci95` and `vs_#1`."""
+        numbers = ["ci_low", "ci_high", "diff_vs_#1", "diff_ci_low", "diff_ci_high", "p_vs_#1"]
+        return self.columns + (numbers if self.paired else [])
 
     @property
     def columns(self) -> list[str]:
@@ -90,6 +98,7 @@ class Board:
             "run",
             "state",
             *objectives,
+            *(["ci95", "vs_#1"] if self.paired else []),
             *self.params,
             *(c for c, _, _ in TRAIN_COLUMNS),
             "duration_s",
@@ -134,7 +143,12 @@ def build(source: Source) -> Board:
         row["wandb"] = run.wandb
         row["_run"] = run
         rows.append(row)
-    return Board(source=source, params=params, rows=rows)
+    paired = len(source.metrics) == 1
+    if paired:
+        from grpo_lab.compare.paired import annotate
+
+        annotate(rows, source.metrics[0])
+    return Board(source=source, params=params, rows=rows, paired=paired)
 
 
 def _cell(value: Any) -> str:
@@ -171,9 +185,9 @@ def write_files(board: Board, folder: Path) -> list[Path]:
 def write_csv(board: Board, path: Path) -> Path:
     text = io.StringIO(newline="")
     writer = csv.writer(text)
-    writer.writerow(board.columns)
+    writer.writerow(board.csv_columns)
     for row in board.rows:
-        writer.writerow(redact(["" if row.get(c) is None else row.get(c) for c in board.columns]))
+        writer.writerow(redact(["" if row.get(c) is None else row.get(c) for c in board.csv_columns]))
     write_atomic(path, text.getvalue())  # the workers of one sweep all write it when they end
     return path
 
@@ -183,7 +197,13 @@ def write_markdown(board: Board, path: Path) -> Path:
     lines = [
         f"# Leaderboard: {redact(board.source.label)}",
         "",
-        f"Sorted by {board.source.metrics[0]} ({board.source.directions[0]}).",
+        f"Sorted by {board.source.metrics[0]} ({board.source.directions[0]})."
+        + (
+            " ci95: its 95% interval. vs_#1: each run against the leader on the same held-out items "
+            "(exact McNemar p-value); ≈#1: not distinguishable from the leader at 95%."
+            if board.paired
+            else ""
+        ),
         "",
         "| " + " | ".join(columns) + " |",
         "|" + "|".join("---" for _ in columns) + "|",

@@ -82,17 +82,24 @@ def _failures(board: Any) -> list[str]:
 
 
 def _winner(board: Any) -> list[str]:
-    """The best finished run and its re-run command, or every run tied with it (same objective value)."""
+    """The best finished run and its re-run command, or every run it cannot be told from: the same value, or
+    not distinguishable on the same held-out items (`vs_#1` is `≈#1`, McNemar p >= 0.05)."""
     from grpo_lab.sweep.report import rerun_command
 
     metric, direction = board.source.metrics[0], board.source.directions[0]
-    finished = [row["_run"] for row in board.rows if row["state"] == "finished" and row["_run"].objective is not None]
+    finished = [row for row in board.rows if row["state"] == "finished" and row["_run"].objective is not None]
     if not finished:
         return [f"No job finished with a value of {metric}: no winner."]
-    best = finished[0]
-    tied = [run for run in finished if run.objective == best.objective]
+    best = finished[0]["_run"]
+    tied = [row for row in finished if row is finished[0] or row["_run"].objective == best.objective]
+    tied += [row for row in finished if row not in tied and str(row.get("vs_#1") or "").startswith("≈")]
     value = f"{metric} = {best.objective:.4g}"
     if len(tied) > 1:
-        lines = [f"Tie: {len(tied)} jobs share the best {value} ({direction}); re-run any of them:"]
-        return lines + [f"  {run.name}: {rerun_command(run.overrides)}" for run in tied]
-    return [f"Winner: {best.name} ({value}, {direction}). Re-run it:", f"  {rerun_command(best.overrides)}"]
+        lines = [
+            f"Tie: {len(tied)} jobs cannot be told apart on {metric} ({direction}; the best {value}): "
+            "the same value, or not distinguishable on the same held-out items (p >= 0.05). Re-run any of them:"
+        ]
+        return lines + [f"  {row['_run'].name}: {rerun_command(row['_run'].overrides)}" for row in tied]
+    beaten = f"; vs #2: {finished[1]['vs_#1']}" if len(finished) > 1 and finished[1].get("vs_#1") else ""
+    run = best
+    return [f"Winner: {run.name} ({value}, {direction}{beaten}). Re-run it:", f"  {rerun_command(run.overrides)}"]

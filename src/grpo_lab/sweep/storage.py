@@ -93,7 +93,7 @@ def make_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_re
                 engine_kwargs=_engine_kwargs(url),
             )
         except Exception as e:
-            if attempt == 7 or not _is_race(e):
+            if attempt == 7 or not is_race(e):
                 raise ConfigError(
                     f"Cannot open the Optuna storage {redact(url)!r}: {type(e).__name__}: {one_line(e)}"
                 ) from e
@@ -108,7 +108,7 @@ _RACE_SQLSTATES = {"23505", "42P07", "42710", "40P01", "40001"}
 _SQLITE_ERROR, _SQLITE_BUSY, _SQLITE_LOCKED = 1, 5, 6
 
 
-def _is_race(error: BaseException) -> bool:
+def is_race(error: BaseException) -> bool:
     """Did another worker get there first (retry), rather than the storage being wrong (fail now)?"""
     import optuna
     from sqlalchemy import exc
@@ -146,7 +146,7 @@ def create_or_load_study(name: str, storage: Any, *, directions: list[str], samp
             )
             break
         except Exception as e:
-            if attempt == 7 or not _is_race(e):
+            if attempt == 7 or not is_race(e):
                 raise
             time.sleep(0.2 + random.random() * 0.5)
     existing = [d.name.lower() for d in study.directions]

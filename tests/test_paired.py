@@ -1,0 +1,61 @@
+"""The leader against each runner-up on the same held-out items: real run-folder files, read by compare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grpo_lab import records
+from grpo_lab.compare import leaderboard
+from grpo_lab.compare.sources import RunRecord, Source
+from grpo_lab.stats import mcnemar_exact, wilson
+
+QUESTIONS = [f"What is {i} + {i}?" for i in range(20)]
+
+
+def _run(root: Path, name: str, correct: list[int], questions: list[str] = QUESTIONS) -> RunRecord:
+    run_dir = root / name
+    run_dir.mkdir()
+    samples = [
+        {"item": i, "question": q, "correct": c, "format": 1}
+        for i, (q, c) in enumerate(zip(questions, correct, strict=True))
+    ]
+    records.write_eval(run_dir, "eval_after", samples)
+    accuracy = sum(correct) / len(correct)
+    return RunRecord(
+        name=name, state="finished", objective=accuracy, metrics={"eval_after/accuracy": accuracy}, run_dir=run_dir
+    )
+
+
+def _board(runs: list[RunRecord]) -> leaderboard.Board:
+    source = Source("folder", "test", runs, runs[0].run_dir.parent, ["eval_after/accuracy"], ["maximize"])
+    return leaderboard.build(source)
+
+
+def test_a_clear_winner_and_a_tie_on_the_same_items(tmp_path):
+    strong = _run(tmp_path, "strong", [1] * 16 + [0] * 4)
+    weak = _run(tmp_path, "weak", [0] * 16 + [1] * 2 + [0] * 2)  # lost 16 of the leader's items, gained 2
+    close = _run(tmp_path, "close", [1] * 15 + [0] * 5)  # one item fewer
+    board = _board([weak, close, strong])
+    by_name = {row["run"]: row for row in board.rows}
+    assert [row["run"] for row in board.rows] == ["strong", "close", "weak"]
+    assert by_name["strong"]["vs_#1"] == "leader"
+    assert (by_name["strong"]["ci_low"], by_name["strong"]["ci_high"]) == pytest.approx(wilson(16, 20))
+    assert by_name["close"]["vs_#1"].startswith("≈#1") and by_name["close"]["p_vs_#1"] == 1.0
+    assert by_name["weak"]["p_vs_#1"] == pytest.approx(mcnemar_exact(16, 2))
+    assert by_name["weak"]["vs_#1"] == f"-70 pts (p={mcnemar_exact(16, 2):.2g})"
+    assert by_name["weak"]["diff_ci_low"] < -0.7 < by_name["weak"]["diff_ci_high"] < 0
+    text = leaderboard.as_text(board)
+    assert "ci95" in text.splitlines()[0] and "≈#1" in text
+    csv_text = leaderboard.write_csv(board, tmp_path / "board.csv").read_text()
+    assert csv_text.splitlines()[0].endswith("ci_low,ci_high,diff_vs_#1,diff_ci_low,diff_ci_high,p_vs_#1")
+
+
+def test_runs_on_other_items_get_no_verdict(tmp_path):
+    leader = _run(tmp_path, "leader", [1] * 20)
+    other = _run(tmp_path, "other", [0] * 20, questions=[q + " (other set)" for q in QUESTIONS])
+    no_items = RunRecord(name="w&b", state="finished", objective=0.1, metrics={"eval_after/accuracy": 0.1})
+    rows = {row["run"]: row for row in _board([leader, other, no_items]).rows}
+    assert rows["other"]["vs_#1"] is None and rows["w&b"]["vs_#1"] is None and rows["w&b"]["ci95"] is None
+    assert rows["other"]["ci95"] == "[0.00, 0.16]"  # its own interval, from its own items
