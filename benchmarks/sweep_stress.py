@@ -36,7 +36,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["experiment=smoke", "max_steps=2", "eval.before=false", "output.save_model=false"]
-WORK_ROOT: Path | None = None  # where each sweep's folder goes (--work; default: the system's temp folder)
 ERROR_COLUMNS = ("duplicates", "overshoot", "lost", "running", "short")
 
 
@@ -77,10 +76,12 @@ def _load(kind: str, where: str):
     return optuna.load_study(study_name="lr_beta", storage=where)
 
 
-def one_sweep(kind: str, workers: int, n_trials: int, kill: bool, rep: int, cache: Path) -> dict:
+def one_sweep(
+    kind: str, workers: int, n_trials: int, kill: bool, rep: int, cache: Path, work_root: Path | None = None
+) -> dict:
     from optuna.trial import TrialState
 
-    work = Path(tempfile.mkdtemp(prefix=f"stress_{kind}_{workers}_", dir=WORK_ROOT))
+    work = Path(tempfile.mkdtemp(prefix=f"stress_{kind}_{workers}_", dir=work_root))
     url, where = _storage(kind, work, rep)
     args = [sys.executable, "-m", "grpo_lab", "-m", "sweep=lr_beta", *FAST, f"hydra.sweeper.n_trials={n_trials}"]
     args += [f"hydra.sweeper.storage='{url}'", "hydra.sweeper.pruner.name=none", "hydra.sweeper.heartbeat_interval=1"]
@@ -168,8 +169,6 @@ def main() -> int:
 
 
 def _measure(opts: argparse.Namespace) -> list[dict]:
-    global WORK_ROOT
-    WORK_ROOT = opts.work
     random.seed(opts.seed)
     storages = [s for s in opts.storages.split(",") if s]
     if "postgresql" in storages and not os.environ.get("GRPO_LAB_TEST_POSTGRES_URL"):
@@ -183,7 +182,8 @@ def _measure(opts: argparse.Namespace) -> list[dict]:
             for workers in (int(w) for w in opts.workers.split(",")):
                 for rep in range(opts.reps):
                     n_trials = opts.trials_per_worker * workers
-                    row = one_sweep(kind, workers, n_trials, kill=rep % 2 == 1, rep=rep, cache=cache)
+                    kill = rep % 2 == 1
+                    row = one_sweep(kind, workers, n_trials, kill, rep, cache, work_root=opts.work)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     finally:

@@ -10,13 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpo_lab.config import EvalConfig
+from grpo_lab.records import EVAL_ITEM_KEYS as PROPORTIONS  # each gets its 95% interval and a paired change
 from grpo_lab.rewards.format import strict_format
 from grpo_lab.rewards.math import correctness
 from grpo_lab.stats import paired_change, wilson
-
-# The proportions an evaluation measures (and the per-item key each is read from): each gets its 95%
-# interval and, before vs after, a paired change.
-PROPORTIONS = {"accuracy": "correct", "format": "format"}
 
 
 @dataclass(frozen=True)

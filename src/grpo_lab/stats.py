@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 Z95 = 1.959963984540054  # the two-sided 95% normal quantile
+ALPHA = 0.05  # p below this: a difference, at the 95% level the intervals use
 
 
 def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:

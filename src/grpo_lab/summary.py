@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from grpo_lab.stats import ALPHA, detectable_difference
+
 
 def _num(value: Any, digits: int = 3) -> str:
     if not isinstance(value, int | float) or (isinstance(value, float) and math.isnan(value)):
@@ -29,8 +31,6 @@ def _with_ci(m: dict[str, Any], prefix: str, name: str) -> str:
 
 def _items(m: dict[str, Any]) -> str:
     """`, 32 items: differences under ~24 pts are noise`: what the eval set's size can tell apart."""
-    from grpo_lab.stats import detectable_difference
-
     n = m.get("eval_after/num_samples") or m.get("eval_before/num_samples")
     if not isinstance(n, int | float) or n <= 0:
         return ""
@@ -43,7 +43,7 @@ def _change(m: dict[str, Any], name: str) -> list[str]:
     if not isinstance(m.get(key), int | float) or math.isnan(m[key]):
         return []
     p = m[f"{key}_p_value"]
-    verdict = "a real change at 95%" if p < 0.05 else "not distinguishable from no change"
+    verdict = "a real change at 95%" if p < ALPHA else "not distinguishable from no change"
     return [
         f"               change {100 * m[key]:+.1f} pts [{100 * m[f'{key}_ci_low']:+.0f}, "
         f"{100 * m[f'{key}_ci_high']:+.0f}], McNemar p = {p:.2g} ({int(m[f'{key}_gained'])} items gained, "

@@ -70,8 +70,7 @@ def show(folder: Path) -> None:
         lines += ["", *_winner(board)]
     lines.append(f"Leaderboard: {', '.join(str(p) for p in written)}")
     lines.append(f"Plots and --export: python -m grpo_lab.compare {shlex.quote(str(folder))}")
-    offline = sorted(folder.glob("*/wandb/offline-run-*"))
-    if offline:
+    if any(folder.glob("*/wandb/offline-run-*")):
         lines.append(f"Upload its W&B runs: wandb sync {shlex.quote(str(folder))}/*/wandb/offline-run-*")
     print(redact("\n".join(lines)), flush=True)
 
@@ -84,6 +83,7 @@ def _failures(board: Any) -> list[str]:
 def _winner(board: Any) -> list[str]:
     """The best finished run and its re-run command, or every run it cannot be told from: the same value, or
     not distinguishable on the same held-out items (`vs_#1` is `≈#1`, McNemar p >= 0.05)."""
+    from grpo_lab.stats import ALPHA
     from grpo_lab.sweep.report import rerun_command
 
     metric, direction = board.source.metrics[0], board.source.directions[0]
@@ -97,9 +97,8 @@ def _winner(board: Any) -> list[str]:
     if len(tied) > 1:
         lines = [
             f"Tie: {len(tied)} jobs cannot be told apart on {metric} ({direction}; the best {value}): "
-            "the same value, or not distinguishable on the same held-out items (p >= 0.05). Re-run any of them:"
+            f"the same value, or not distinguishable on the same held-out items (p >= {ALPHA}). Re-run any of them:"
         ]
         return lines + [f"  {row['_run'].name}: {rerun_command(row['_run'].overrides)}" for row in tied]
     beaten = f"; vs #2: {finished[1]['vs_#1']}" if len(finished) > 1 and finished[1].get("vs_#1") else ""
-    run = best
-    return [f"Winner: {run.name} ({value}, {direction}{beaten}). Re-run it:", f"  {rerun_command(run.overrides)}"]
+    return [f"Winner: {best.name} ({value}, {direction}{beaten}). Re-run it:", f"  {rerun_command(best.overrides)}"]

@@ -15,11 +15,10 @@ from typing import Any
 
 from grpo_lab import records
 from grpo_lab.compare.sources import RunRecord
-from grpo_lab.stats import paired_change, wilson
+from grpo_lab.stats import ALPHA, paired_change, wilson
 
 # Objective -> (eval file, per-item key)
-ITEM_METRICS = {"eval_after/accuracy": ("eval_after", "correct"), "eval_after/format": ("eval_after", "format")}
-ALPHA = 0.05
+ITEM_METRICS = {f"eval_after/{name}": ("eval_after", key) for name, key in records.EVAL_ITEM_KEYS.items()}
 
 
 @dataclass(frozen=True)
