@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ def arithmetic(**overrides: Any) -> ArithmeticData:
         max_number=50,
         operations=["+", "-"],
     )
-    return replace(base, **overrides)
+    return base.model_copy(update=overrides)
 
 
 def gsm8k(**overrides: Any) -> Gsm8kData:
@@ -53,7 +52,7 @@ def gsm8k(**overrides: Any) -> Gsm8kData:
         eval_path=str(GSM8K_DIR / "test.jsonl"),
         eval_fraction=0.2,
     )
-    return replace(base, **overrides)
+    return base.model_copy(update=overrides)
 
 
 def jsonl(path: Path, **overrides: Any) -> JsonlData:
@@ -68,7 +67,7 @@ def jsonl(path: Path, **overrides: Any) -> JsonlData:
         eval_path=None,
         eval_fraction=0.2,
     )
-    return replace(base, **overrides)
+    return base.model_copy(update=overrides)
 
 
 def write_jsonl(path: Path, rows: list[Any]) -> Path:

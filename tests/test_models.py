@@ -7,7 +7,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -335,7 +334,7 @@ def test_lora_trains_only_the_adapter(tiny, tiny_cache: Path) -> None:
     assert (config.r, config.lora_alpha, config.lora_dropout) == (4, 8, 0.1)
     assert set(config.target_modules) == {"q_proj", "v_proj"}
     assert config.task_type == "CAUSAL_LM"
-    shorthand = models.lora_config(model_config(TINY, lora=replace(lora, target_modules="all-linear")))
+    shorthand = models.lora_config(model_config(TINY, lora=lora.model_copy(update={"target_modules": "all-linear"})))
     assert shorthand is not None and shorthand.target_modules == "all-linear"
 
     model, _ = models.load_model_and_tokenizer(model_config(TINY), tiny_cache)  # a fresh copy to wrap

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 
@@ -34,8 +33,8 @@ def test_mode_auto_is_offline_without_a_login(logger_cfg, monkeypatch, tmp_path)
 
 def test_explicit_modes_win(logger_cfg, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "online")
-    assert choose_mode(dataclasses.replace(logger_cfg, mode="offline")) == "offline"
-    assert choose_mode(dataclasses.replace(logger_cfg, backend="none")) == "disabled"
+    assert choose_mode(logger_cfg.model_copy(update={"mode": "offline"})) == "offline"
+    assert choose_mode(logger_cfg.model_copy(update={"backend": "none"})) == "disabled"
 
 
 def test_storage_passwords_never_reach_wandb():

@@ -1,8 +1,11 @@
 """Typed run configuration: the one boundary between Hydra's DictConfig and the rest of grpo_lab.
 
-``load(cfg)`` turns the composed config into frozen dataclasses and rejects, before any model is loaded:
-unknown keys (naming the nearest valid one), wrong types, out-of-range values and batch shapes that
-TRL's divisibility rule refuses. Past this module no code calls ``cfg.get``.
+``load(cfg)`` turns the composed config into frozen pydantic models and rejects, before any model is
+loaded: unknown keys (naming the nearest valid one), wrong types, out-of-range values and batch shapes
+that TRL's divisibility rule refuses. pydantic does the type, range, choice and unknown-key checks from
+the declarations below; this module only turns its errors into our words (the nearest valid name, the
+aliases other libraries use, how to fix it) and adds the rules that span fields. Past this module no
+code calls ``cfg.get``.
 
 Defaults live in YAML (``conf/``), never here: every field below is required, so a preset that forgets
 one fails loudly instead of silently picking a value. TRL's own defaults stay TRL's: ``trainer`` holds
@@ -11,22 +14,32 @@ only the GRPOConfig fields our YAML or the user sets.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import math
 import types
 import typing
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, Union
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from grpo_lab.errors import ConfigError
 from grpo_lab.grpo_fields import grpo_config_fields, trl_default, trl_version
 
 
 # --------------------------------------------------------------------------------------------- schema
-@dataclass(frozen=True)
-class LoraConfig:
+class _Schema(BaseModel):
+    # strict: `lr=abc` or `max_steps=2.5` is an error, never a silent coercion (an int is still a valid
+    # float); frozen: a run's config is a value that nothing downstream edits.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class LoraConfig(_Schema):
+    # Ranges are peft's, checked only when enabled (trl_checks): a disabled adapter's values are inert.
     enabled: bool
     r: int
     alpha: int
@@ -34,8 +47,7 @@ class LoraConfig:
     target_modules: str | list[str]
 
 
-@dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(_Schema):
     # builtin:<name>, package:<pkg>/<file>.gguf, a local dir or .gguf file, or a Hugging Face Hub id.
     name_or_path: str
     dtype: Literal["float32", "bfloat16", "float16", "auto"]
@@ -45,58 +57,65 @@ class ModelConfig:
     lora: LoraConfig
 
 
-@dataclass(frozen=True)
-class _DataBase:
+class _DataBase(_Schema):
     system_prompt: str
     # Worked examples put before the question as earlier user/assistant turns.
-    num_shots: int
-    train_size: int | None
-    eval_size: int | None
+    num_shots: int = Field(ge=0)
+    train_size: PositiveInt | None
+    eval_size: PositiveInt | None
     # Seeds the data (generation, shuffling, train/eval split) separately from training, so that a
     # sweep over `seed` keeps the same prompts.
     seed: int
 
 
-@dataclass(frozen=True)
 class ArithmeticData(_DataBase):
     kind: Literal["arithmetic"]
-    max_number: int
+    max_number: PositiveInt
     operations: list[str]
 
 
-@dataclass(frozen=True)
 class Gsm8kData(_DataBase):
     kind: Literal["gsm8k"]
     hub_id: str
     hub_config: str
     path: str | None
     eval_path: str | None
-    eval_fraction: float
+    eval_fraction: float = Field(gt=0, lt=1)
 
 
-@dataclass(frozen=True)
 class JsonlData(_DataBase):
     kind: Literal["jsonl"]
     path: str
     eval_path: str | None
-    eval_fraction: float
+    eval_fraction: float = Field(gt=0, lt=1)
 
 
-DataConfig = Union[ArithmeticData, Gsm8kData, JsonlData]  # noqa: UP007 (runtime union used for dispatch)
-_DATA_KINDS: dict[str, type] = {"arithmetic": ArithmeticData, "gsm8k": Gsm8kData, "jsonl": JsonlData}
+DataConfig = Annotated[Union[ArithmeticData, Gsm8kData, JsonlData], Field(discriminator="kind")]  # noqa: UP007
+_DATA_KINDS: dict[str, type[_DataBase]] = {"arithmetic": ArithmeticData, "gsm8k": Gsm8kData, "jsonl": JsonlData}
 
 
-@dataclass(frozen=True)
-class RewardFunction:
-    # Dotted path of a callable `(completions, **kwargs) -> list[float | None]`.
-    target: str
+class RewardFunction(_Schema):
+    model_config = ConfigDict(validate_by_name=True)
+    # A built-in reward name or the dotted path of a callable `(completions, **kwargs) -> list[float | None]`.
+    target: str = Field(alias="_target_", min_length=1, description="a built-in reward name or `my_pkg.rewards.fn`")
     kwargs: dict[str, Any]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_hydra(cls, value: Any) -> Any:
+        """Hydra's spelling: `_target_` beside the function's own keyword arguments."""
+        if not isinstance(value, Mapping) or "target" in value:
+            return value
+        if "_target_" not in value:
+            raise PydanticCustomError("no_target", "must be a mapping with a `_target_` (dotted path of the function)")
+        return {"_target_": value["_target_"], "kwargs": {str(k): v for k, v in value.items() if k != "_target_"}}
 
-@dataclass(frozen=True)
-class RewardConfig:
+
+class RewardConfig(_Schema):
     # Ordered name -> function; the name is the W&B key (`rewards/<name>/mean`).
-    functions: dict[str, RewardFunction]
+    functions: dict[str, RewardFunction] = Field(
+        min_length=1, description="name at least one reward function, e.g. `reward=gsm8k`"
+    )
     weights: dict[str, float]
 
     def ordered_weights(self) -> list[float]:
@@ -104,34 +123,30 @@ class RewardConfig:
         return [self.weights[name] for name in self.functions]
 
 
-@dataclass(frozen=True)
-class OptimizerConfig:
+class OptimizerConfig(_Schema):
     optim: str
-    weight_decay: float
-    warmup_ratio: float
+    weight_decay: float = Field(ge=0)
+    warmup_ratio: float = Field(ge=0, lt=1)
     scheduler: Literal["cosine", "constant", "linear", "constant_with_warmup", "cosine_with_restarts"]
-    max_grad_norm: float
-    gradient_accumulation_steps: int
+    max_grad_norm: float = Field(gt=0)
+    gradient_accumulation_steps: PositiveInt
 
 
-@dataclass(frozen=True)
-class EvalConfig:
+class EvalConfig(_Schema):
     before: bool
     after: bool
     # Also evaluate every N training steps (for curves and for pruning sweep trials); null = never.
-    every_n_steps: int | None
-    max_new_tokens: int
-    batch_size: int
+    every_n_steps: PositiveInt | None
+    max_new_tokens: PositiveInt
+    batch_size: PositiveInt
 
 
-@dataclass(frozen=True)
-class ObjectiveConfig:
+class ObjectiveConfig(_Schema):
     metric: str
     direction: Literal["maximize", "minimize"]
 
 
-@dataclass(frozen=True)
-class LoggerConfig:
+class LoggerConfig(_Schema):
     backend: Literal["wandb", "none"]
     # auto: online when logged in (WANDB_API_KEY or netrc), else offline.
     mode: Literal["auto", "online", "offline", "disabled"]
@@ -145,24 +160,21 @@ class LoggerConfig:
     quiet: bool
 
 
-@dataclass(frozen=True)
-class LauncherConfig:
+class LauncherConfig(_Schema):
     # local: train in the Hydra job; accelerate: `accelerate launch` children run the resolved config.
     kind: Literal["local", "accelerate"]
-    num_processes: int
+    num_processes: PositiveInt
     config_file: str | None
-    gpus_per_job: int | None
+    gpus_per_job: PositiveInt | None
     main_process_port: int | None
     extra_args: list[str]
 
 
-@dataclass(frozen=True)
-class OutputConfig:
+class OutputConfig(_Schema):
     save_model: bool
 
 
-@dataclass(frozen=True)
-class TrialConfig:
+class TrialConfig(_Schema):
     """Set by the Optuna sweeper for a trial's job: where to report intermediate values."""
 
     study: str
@@ -173,14 +185,13 @@ class TrialConfig:
     pruner: dict[str, Any] | None
 
 
-@dataclass(frozen=True)
-class RunConfig:
+class RunConfig(_Schema):
     name: str
-    lr: float
-    beta: float
-    num_generations: int
+    lr: float = Field(gt=0)
+    beta: float = Field(ge=0)
+    num_generations: int = Field(ge=2, description="GRPO compares completions within a group")
     seed: int
-    max_steps: int
+    max_steps: PositiveInt
     model: ModelConfig
     data: DataConfig
     reward: RewardConfig
@@ -255,7 +266,7 @@ _NOT_GRPO = {
 
 
 # ------------------------------------------------------------------------------------------ converting
-def _nearest(key: str, candidates: typing.Iterable[str]) -> str | None:
+def _nearest(key: str, candidates: Iterable[str]) -> str | None:
     matches = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
     return matches[0] if matches else None
 
@@ -276,142 +287,148 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+def _members(tp: Any) -> tuple[Any, ...]:
+    """The alternatives of a union (Annotated wrappers removed), or () if ``tp`` is not one."""
+    if typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    if typing.get_origin(tp) not in (Union, types.UnionType):
+        return ()
+    return tuple(typing.get_args(a)[0] if typing.get_origin(a) is Annotated else a for a in typing.get_args(tp))
+
+
 def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return " | ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (Union, types.UnionType):
-        return " | ".join(_type_name(a) for a in typing.get_args(tp))
-    if origin is not None:
+    if members := _members(tp):
+        return " | ".join(_type_name(a) for a in members)
+    if typing.get_origin(tp) is Annotated:
+        return _type_name(typing.get_args(tp)[0])
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return "a mapping"
+    if typing.get_origin(tp) is not None:
         return str(tp).replace("typing.", "")
     return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
-def _convert(value: Any, tp: Any, path: str) -> Any:
-    origin = typing.get_origin(tp)
-    if tp is Any:
-        return value
-    if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        schema = [a for a in args if dataclasses.is_dataclass(a)]
-        if isinstance(value, Mapping) and len(schema) == 1:
-            return _convert_dataclass(value, schema[0], path)  # its errors name the exact key
-        for arg in args:
-            try:
-                return _convert(value, arg, path)
-            except ConfigError:
-                pass
-        raise ConfigError(f"`{path}` must be {_type_name(tp)}, got {value!r}.")
-    if origin is Literal:
-        choices = typing.get_args(tp)
-        if value not in choices:
-            near = _nearest(str(value), [str(c) for c in choices])
-            tip = f" Did you mean {near!r}?" if near else ""
-            raise ConfigError(f"`{path}` must be one of {', '.join(map(repr, choices))}, got {value!r}.{tip}")
-        return value
-    if tp is type(None):
-        if value is not None:
-            raise ConfigError(f"`{path}` must be null, got {value!r}.")
-        return None
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"`{path}` must be true or false, got {value!r}.")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"`{path}` must be an integer, got {value!r}.")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"`{path}` must be a number, got {value!r} (e.g. `{path}=1e-5`).")
-        if not math.isfinite(value):
-            raise ConfigError(f"`{path}` must be a finite number, got {value!r}.")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"`{path}` must be a string, got {value!r}.")
-        return value
-    if origin is list:
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"`{path}` must be a list, got {value!r}.")
-        (item,) = typing.get_args(tp)
-        return [_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"`{path}` must be a mapping, got {value!r}.")
-        _, item = typing.get_args(tp)
-        return {str(k): _convert(v, item, _join(path, str(k))) for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
-        return _convert_dataclass(value, tp, path)
-    raise TypeError(f"unsupported schema type {tp!r} at {path}")  # a bug in the schema, not user input
+class _Where(typing.NamedTuple):
+    """A pydantic error location in our words: the dotted key a user types and what is declared there."""
+
+    path: str
+    parent: str
+    holder: type[BaseModel] | None  # the model whose key the location ends in
+    field: Any  # its FieldInfo (None inside dicts and lists)
+    declared: Any  # the declared type; a union when pydantic tried several alternatives
 
 
-def _convert_dataclass(value: Any, cls: type, path: str) -> Any:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"`{path or 'config'}` must be a mapping, got {value!r}.")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    for key in value:
-        if key not in names:
-            raise _unknown_key(path, str(key), names)
-    missing = [n for n in names if n not in value]
-    if missing:
-        keys = ", ".join(f"`{_join(path, m)}`" for m in missing)
-        raise ConfigError(f"Missing config key(s) {keys}: every key needs a value in conf/ (YAML holds the defaults).")
-    return cls(**{n: _convert(value[n], hints[n], _join(path, n)) for n in names})
+def _locate(loc: tuple[Any, ...], root: type[BaseModel]) -> _Where:
+    path, parent, holder, field, tp = "", "", None, None, root
+    parts = list(loc)
+    while parts:
+        members = _members(tp)
+        if members:
+            tag = parts[0]
+            chosen = [m for m in members if m is _DATA_KINDS.get(str(tag))]
+            models = [m for m in members if m is not type(None)]
+            if chosen:  # a discriminated union names the tag it picked
+                parts.pop(0)
+                tp = chosen[0]
+            elif len(models) == 1:  # `X | None`: pydantic reports inside X directly
+                tp = models[0]
+            else:  # several alternatives were tried: the error is about the whole union
+                break
+            continue
+        part = parts.pop(0)
+        parent = path
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            holder = tp
+            field = tp.model_fields.get(str(part)) or next(
+                (f for f in tp.model_fields.values() if f.alias == part), None
+            )
+            path, tp = _join(path, str(part)), (field.annotation if field else None)
+        elif typing.get_origin(tp) is dict:
+            path, tp, field = _join(path, str(part)), typing.get_args(tp)[1], None
+        elif typing.get_origin(tp) is list:
+            path, tp, field = f"{path}[{part}]", typing.get_args(tp)[0], None
+        else:
+            path = _join(path, str(part))
+    return _Where(path, parent, holder, field, tp)
 
 
-def _convert_data(value: Any, path: str) -> Any:
-    if not isinstance(value, Mapping) or "kind" not in value:
-        raise ConfigError(f"`{path}` must be a mapping with a `kind` ({', '.join(_DATA_KINDS)}).")
-    kind = value["kind"]
-    if kind not in _DATA_KINDS:
-        near = _nearest(str(kind), _DATA_KINDS)
+# What each pydantic type error means, in a user's words.
+_EXPECTED = {
+    "bool_type": "true or false",
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "finite_number": "a finite number",
+    "string_type": "a string",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+}
+_BOUNDS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="), "less_than": ("lt", "<")}
+
+
+def _message(error: Any, where: _Where) -> str:
+    kind, value, ctx = error["type"], error.get("input"), error.get("ctx") or {}
+    path = f"`{where.path or 'config'}`"
+    why = f" ({where.field.description})" if where.field is not None and where.field.description else ""
+    if kind == "extra_forbidden":
+        valid = [f.alias or n for n, f in where.holder.model_fields.items()] if where.holder else []
+        return str(_unknown_key(where.parent, where.path.rpartition(".")[2], valid))
+    if kind == "union_tag_invalid":
+        near = _nearest(str(ctx.get("tag")), _DATA_KINDS)
         tip = f" Did you mean {near!r}?" if near else ""
-        raise ConfigError(f"`{path}.kind` must be one of {', '.join(_DATA_KINDS)}, got {kind!r}.{tip}")
-    return _convert_dataclass(value, _DATA_KINDS[kind], path)
+        return f"{path[:-1]}.kind` must be one of {', '.join(_DATA_KINDS)}, got {ctx.get('tag')!r}.{tip}"
+    if kind == "union_tag_not_found":
+        return f"{path} must be a mapping with a `kind` ({', '.join(_DATA_KINDS)})."
+    if kind == "literal_error":
+        choices = typing.get_args(where.declared)
+        near = _nearest(str(value), [str(c) for c in choices])
+        tip = f" Did you mean {near!r}?" if near else ""
+        return f"{path} must be one of {', '.join(map(repr, choices))}, got {value!r}.{tip}"
+    if kind in _BOUNDS:
+        key, sign = _BOUNDS[kind]
+        return f"{path} must be {sign} {ctx[key]}{why}, got {value!r}."
+    if kind == "too_short":
+        return f"{path} must not be empty{why}."
+    if _members(where.declared):
+        return f"{path} must be {_type_name(where.declared)}, got {value!r}."
+    if kind in _EXPECTED:
+        example = f" (e.g. {path[:-1]}=1e-5`)" if kind == "float_type" else ""
+        return f"{path} must be {_EXPECTED[kind]}{why}, got {value!r}{example}."
+    return f"{path}: {error['msg']}{why}, got {value!r}."
 
 
-def _convert_reward(value: Any) -> RewardConfig:
-    if not isinstance(value, Mapping):
-        raise ConfigError("`reward` must be a mapping with `functions` and `weights`.")
-    for key in value:
-        if key not in ("functions", "weights"):
-            raise _unknown_key("reward", str(key), ["functions", "weights"])
-    functions: dict[str, RewardFunction] = {}
-    raw_functions = value.get("functions") or {}
-    if not isinstance(raw_functions, Mapping) or not raw_functions:
-        raise ConfigError("`reward.functions` must name at least one reward function (e.g. `reward=gsm8k`).")
-    for name, spec in raw_functions.items():
-        where = f"reward.functions.{name}"
-        if not isinstance(spec, Mapping) or "_target_" not in spec:
-            raise ConfigError(
-                f"`{where}` must be a mapping with a `_target_` (dotted path of the function), got {spec!r}."
-            )
-        target = spec["_target_"]
-        if not isinstance(target, str) or not target:
-            raise ConfigError(
-                f"`{where}._target_` must be a built-in reward name or a dotted path like `my_pkg.rewards.fn`, "
-                f"got {target!r}."
-            )
-        kwargs = {str(k): v for k, v in spec.items() if k != "_target_"}
-        functions[str(name)] = RewardFunction(target=target, kwargs=kwargs)
-    raw_weights = value.get("weights") or {}
-    if not isinstance(raw_weights, Mapping):
-        raise ConfigError(f"`reward.weights` must map reward names to numbers, got {raw_weights!r}.")
-    weights: dict[str, float] = {}
-    for name, weight in raw_weights.items():
-        if name not in functions:
-            raise _unknown_key("reward.weights", str(name), list(functions))
-        weights[str(name)] = _convert(weight, float, f"reward.weights.{name}")
-    missing = [n for n in functions if n not in weights]
+def _config_error(error: ValidationError) -> ConfigError:
+    """One ConfigError for all that pydantic found, each problem in our words."""
+    missing: list[str] = []
+    problems: list[str] = []
+    for item in error.errors(include_url=False):
+        where = _locate(item["loc"], RunConfig)
+        if item["type"] == "missing":
+            missing.append(f"`{where.path}`")
+        elif (message := _message(item, where)) not in problems:
+            problems.append(message)
+    if missing:
+        problems.append(
+            f"Missing config key(s) {', '.join(missing)}: every key needs a value in conf/ (YAML holds the defaults)."
+        )
+    if len(problems) == 1:
+        return ConfigError(problems[0])
+    return ConfigError(f"{len(problems)} problems in the config:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def _check_reward_names(reward: RewardConfig) -> None:
+    for name in reward.weights:
+        if name not in reward.functions:
+            raise _unknown_key("reward.weights", name, list(reward.functions))
+    missing = [n for n in reward.functions if n not in reward.weights]
     if missing:
         raise ConfigError(
             "Every reward needs a weight; missing: "
             + ", ".join(f"`reward.weights.{n}`" for n in missing)
             + " (add e.g. `+reward.weights.NAME=1.0`)."
         )
-    return RewardConfig(functions=functions, weights=weights)
 
 
 def _check_trainer_keys(trainer: Mapping[str, Any]) -> dict[str, Any]:
@@ -434,12 +451,6 @@ def _check_trainer_keys(trainer: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ checking
-def _positive(value: float, path: str, *, allow_zero: bool = False) -> None:
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(f"`{path}` must be {bound}, got {value}.")
-
-
 def _trainer_value(run: RunConfig, name: str) -> Any:
     return run.trainer[name] if name in run.trainer else trl_default(name)
 
@@ -483,19 +494,7 @@ def _divisors(n: int) -> str:
 
 
 def validate(run: RunConfig) -> RunConfig:
-    if run.num_generations < 2:
-        raise ConfigError(
-            f"`num_generations` must be >= 2 (GRPO compares completions within a group), got {run.num_generations}."
-        )
-    _positive(run.lr, "lr")
-    _positive(run.beta, "beta", allow_zero=True)
-    _positive(run.max_steps, "max_steps")
-    _positive(run.optimizer.weight_decay, "optimizer.weight_decay", allow_zero=True)
-    _positive(run.optimizer.max_grad_norm, "optimizer.max_grad_norm")
-    _positive(run.optimizer.gradient_accumulation_steps, "optimizer.gradient_accumulation_steps")
-    if not 0 <= run.optimizer.warmup_ratio < 1:
-        raise ConfigError(f"`optimizer.warmup_ratio` must be in [0, 1), got {run.optimizer.warmup_ratio}.")
-    _positive(run.launcher.num_processes, "launcher.num_processes")
+    """The rules that span fields (each field's own type and range are declared in the schema)."""
     if run.launcher.kind == "local" and run.launcher.num_processes != 1:
         raise ConfigError(
             "`launcher=local` trains in one process; for several use "
@@ -503,19 +502,6 @@ def validate(run: RunConfig) -> RunConfig:
         )
     if run.launcher.kind == "accelerate" and run.launcher.config_file is None:
         raise ConfigError("`launcher.config_file` must name an accelerate config file (e.g. ddp.yaml).")
-    if run.launcher.gpus_per_job is not None:
-        _positive(run.launcher.gpus_per_job, "launcher.gpus_per_job")
-    _positive(run.eval.max_new_tokens, "eval.max_new_tokens")
-    _positive(run.eval.batch_size, "eval.batch_size")
-    if run.eval.every_n_steps is not None:
-        _positive(run.eval.every_n_steps, "eval.every_n_steps")
-    _positive(run.data.num_shots, "data.num_shots", allow_zero=True)
-    for name in ("train_size", "eval_size"):
-        size = getattr(run.data, name)
-        if size is not None:
-            _positive(size, f"data.{name}")
-    if isinstance(run.data, Gsm8kData | JsonlData) and not 0 < run.data.eval_fraction < 1:
-        raise ConfigError(f"`data.eval_fraction` must be in (0, 1), got {run.data.eval_fraction}.")
     _check_objective(run)
     check_batch_shape(run, run.launcher.num_processes)
     return run
@@ -557,25 +543,16 @@ def load(cfg: Any) -> RunConfig:
     except Exception as e:  # an interpolation that does not resolve
         raise ConfigError(f"The config does not resolve: {e}") from e
     raw = {k: v for k, v in raw.items() if k != "hydra"}
-    names = [f.name for f in dataclasses.fields(RunConfig)]
-    for key in raw:
-        if key not in names:
-            raise _unknown_key("", str(key), names)
     if "reward" not in raw or "trainer" not in raw:
         raise ConfigError("The config needs `reward` and `trainer` groups (see conf/config.yaml).")
-    missing = [n for n in names if n not in raw]
-    if missing:
-        raise ConfigError(f"Missing config key(s): {', '.join(missing)} (see conf/config.yaml).")
-    # Three nodes need more than type conversion: data picks its schema by `kind`, reward functions
-    # carry free-form kwargs, and trainer keys are checked against TRL's GRPOConfig.
-    special = {
-        "data": _convert_data(raw["data"], "data"),
-        "reward": _convert_reward(raw["reward"]),
-        "trainer": _check_trainer_keys(raw["trainer"] or {}),
-    }
-    hints = typing.get_type_hints(RunConfig)
-    values = {n: _convert(raw[n], hints[n], n) for n in names if n not in special}
-    return validate(RunConfig(**values, **special))
+    raw["trainer"] = raw["trainer"] or {}  # `trainer:` with every key left to TRL's defaults
+    try:
+        run = RunConfig.model_validate(raw)
+    except ValidationError as e:
+        raise _config_error(e) from None
+    _check_reward_names(run.reward)
+    _check_trainer_keys(run.trainer)
+    return validate(run)
 
 
 # --------------------------------------------------------------------------------------- TRL mapping

@@ -334,7 +334,7 @@ def _grpo_config(run: RunConfig, kwargs: Mapping[str, Any], num_processes: int) 
     if num_processes > 1 and "eval_strategy" in run.trainer:
         # This process is one of one: TRL would check the eval batch for 1 process, not num_processes
         # (_eval_batch has checked it for the real count).
-        run = dataclasses.replace(run, trainer={**run.trainer, "eval_strategy": "no"})
+        run = run.model_copy(update={"trainer": {**run.trainer, "eval_strategy": "no"}})
     environ = dict(os.environ)
     try:
         return config_mod.to_grpo_config(run, output_dir=_UNUSED_DIR, report_to=[], run_name=None)

@@ -150,7 +150,8 @@ def build_rewards(functions: Mapping[str, RewardFunction]) -> list[NamedReward]:
     """One :class:`NamedReward` per config entry, in the mapping's order (the order of TRL's ``reward_weights``).
 
     >>> from grpo_lab.config import RewardFunction
-    >>> rewards = build_rewards({"fmt": RewardFunction("soft_format", {}), "ok": RewardFunction("correctness", {})})
+    >>> fmt, ok = RewardFunction(target="soft_format", kwargs={}), RewardFunction(target="correctness", kwargs={})
+    >>> rewards = build_rewards({"fmt": fmt, "ok": ok})
     >>> [r.__name__ for r in rewards]
     ['fmt', 'ok']
     """
