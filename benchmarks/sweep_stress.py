@@ -84,7 +84,7 @@ def one_sweep(
     work = Path(tempfile.mkdtemp(prefix=f"stress_{kind}_{workers}_", dir=work_root))
     url, where = _storage(kind, work, rep)
     args = [sys.executable, "-m", "grpo_lab", "-m", "sweep=lr_beta", *FAST, f"hydra.sweeper.n_trials={n_trials}"]
-    args += [f"hydra.sweeper.storage='{url}'", "hydra.sweeper.pruner.name=none", "hydra.sweeper.heartbeat_interval=1"]
+    args += [f"hydra.sweeper.storage='{url}'", "hydra/sweeper/pruner=none", "hydra.sweeper.heartbeat_interval=1"]
     args += ["hydra.sweeper.grace_period=4"]
     started = time.monotonic()
     logs = [(work / f"worker{i}.log").open("w") for i in range(workers)]

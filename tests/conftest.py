@@ -122,7 +122,7 @@ hydra:
     n_trials: 2
     objectives: [{metric: train/reward_end, direction: maximize}]
     # One finished trial is enough for the median pruner to compare against.
-    pruner: {name: median, n_startup_trials: 1, n_warmup_steps: 0}
+    pruner: {n_startup_trials: 1, n_warmup_steps: 0}  # the default pruner, median
     params:
       # An ideal length of 2 characters: every completion scores 0, clearly worse than 40.
       reward.functions.length.ideal_length: choice(40, 2)

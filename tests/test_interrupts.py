@@ -192,7 +192,7 @@ def test_ctrl_c_fails_the_running_trial_and_the_same_command_resumes_the_sweep(t
     from optuna.trial import TrialState
 
     # 30 steps: the signal lands mid-training; 1 trial: the resumed sweep stays short on a loaded machine.
-    args = ["-m", "sweep=lr_beta", *FAST, "max_steps=30", "hydra.sweeper.n_trials=1", "hydra.sweeper.pruner.name=none"]
+    args = ["-m", "sweep=lr_beta", *FAST, "max_steps=30", "hydra.sweeper.n_trials=1", "hydra/sweeper/pruner=none"]
     db = tmp_path / "outputs" / "sweeps" / "optuna.db"
     running: list[int] = []
 

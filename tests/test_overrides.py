@@ -256,6 +256,16 @@ def test_cli_normalises_only_the_overrides_in_argv():
     assert swept == ["seed"]
 
 
+def test_a_group_only_a_config_dir_has_is_selected_not_set(tmp_path):
+    from grpo_lab.cli import prepare_overrides
+
+    (tmp_path / "curriculum").mkdir()
+    for flag in (["--config-dir", str(tmp_path)], ["-cd", str(tmp_path)], [f"--config-dir={tmp_path}"]):
+        args, _ = prepare_overrides([*flag, "curriculum=short", "lr=1"])
+        assert args == [*flag, "curriculum=short", "++lr=1"]
+    assert prepare_overrides(["curriculum=short"])[0] == ["++curriculum=short"]  # without it: a value
+
+
 def test_cli_resume_runs_in_the_resumed_folder(tmp_path):
     from grpo_lab.cli import _resume_run_dir
 

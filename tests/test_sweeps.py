@@ -16,6 +16,7 @@ import yaml
 from optuna.trial import TrialState
 
 from grpo_lab.errors import ConfigError
+from grpo_lab.sweep.samplers import build_pruner, build_sampler, options, prunes
 from grpo_lab.sweep.space import parse_space
 from wandb_files import find_runs, read_run
 
@@ -66,6 +67,85 @@ def test_search_space_errors():
         parse_space({}, ["experiment=smoke"], GROUPS)
     with pytest.raises(ConfigError, match="log interval needs low > 0"):
         parse_space({"beta": "tag(log, interval(0.0, 0.1))"}, [], GROUPS)
+
+
+# ------------------------------------------------------------------------------ samplers and pruners
+def sweeper_settings(*overrides: str, search_path: Path | None = None) -> dict:
+    """`hydra.sweeper` as Hydra composes it for these overrides (the CLI's own rewriting included)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from grpo_lab.cli import prepare_overrides
+    from grpo_lab.paths import CONF_DIR
+
+    extra = [f"hydra.searchpath=[file://{search_path}]"] if search_path else []
+    rewritten, _ = prepare_overrides(["sweep=lr_beta", *overrides, *extra])
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = hydra_compose(config_name="config", overrides=rewritten, return_hydra_config=True)
+    return OmegaConf.to_container(cfg.hydra.sweeper)
+
+
+@pytest.mark.parametrize(
+    ("kind", "shipped"),
+    [("sampler", {"tpe", "random", "nsgaii"}), ("pruner", {"median", "successive_halving", "hyperband", "none"})],
+)
+def test_every_shipped_sampler_and_pruner_is_the_optuna_class_its_file_names(kind, shipped):
+    from hydra.utils import get_class
+
+    assert set(options(kind)) == shipped
+    for name in shipped:
+        spec = sweeper_settings(f"hydra/sweeper/{kind}={name}")[kind]
+        built = build_sampler(spec, seed=3) if kind == "sampler" else build_pruner(spec)
+        assert type(built) is get_class(spec["_target_"]), name
+        if kind == "pruner":
+            assert prunes(spec) == (name != "none")
+
+
+def test_sampler_seed_and_pruner_settings_come_from_the_config():
+    spec = sweeper_settings("hydra.sweeper.sampler.seed=7", "hydra.sweeper.pruner.n_startup_trials=5")
+    assert spec["sampler"] == {
+        "_target_": "optuna.samplers.TPESampler",
+        "seed": 7,
+        "n_startup_trials": 4,
+        "constant_liar": True,
+    }
+    assert build_pruner(spec["pruner"])._n_startup_trials == 5
+    # The same seed gives the same first point, another seed (worker 1 of the study) another one.
+    space = {"x": optuna.distributions.FloatDistribution(0, 1)}
+
+    def first_point(seed: int) -> float:
+        study = optuna.create_study(sampler=build_sampler(spec["sampler"], seed))
+        return study.ask(space).params["x"]
+
+    assert first_point(7) == first_point(7) != first_point(8)
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # PatientPruner
+def test_a_pruner_of_ones_own_from_a_user_config_folder(tmp_path):
+    (tmp_path / "hydra" / "sweeper" / "pruner").mkdir(parents=True)
+    (tmp_path / "hydra" / "sweeper" / "pruner" / "patient.yaml").write_text(
+        "_target_: optuna.pruners.PatientPruner\n"
+        "wrapped_pruner: {_target_: optuna.pruners.MedianPruner, n_startup_trials: 1}\n"
+        "patience: 2\n"
+    )
+    spec = sweeper_settings("hydra/sweeper/pruner=patient", search_path=tmp_path)["pruner"]
+    pruner = build_pruner(spec)
+    assert isinstance(pruner, optuna.pruners.PatientPruner)
+    assert isinstance(pruner._wrapped_pruner, optuna.pruners.MedianPruner)
+
+
+def test_bad_sampler_or_pruner_settings_say_how_to_fix_them():
+    from grpo_lab.cli import prepare_overrides
+
+    with pytest.raises(ConfigError, match=r"`hydra/sweeper/pruner=none` \(options: hyperband, median, none"):
+        prepare_overrides(["-m", "sweep=lr_beta", "hydra.sweeper.pruner.name=none"])
+    with pytest.raises(ConfigError, match=r"`hydra/sweeper/sampler=random`"):  # a sweep file of an earlier release
+        build_sampler({"_target_": "optuna.samplers.TPESampler", "name": "random"}, seed=0)
+    with pytest.raises(ConfigError, match=r"`hydra.sweeper.pruner` \(optuna.pruners.MedianPruner\) cannot be built"):
+        build_pruner({"_target_": "optuna.pruners.MedianPruner", "n_startup_trial": 1})
+    with pytest.raises(ConfigError, match="needs a `_target_`"):
+        build_pruner({"patience": 2})
 
 
 def test_misspelt_sweep_lists_the_available_ones(tmp_path, model_cache):
@@ -127,7 +207,6 @@ hydra:
     n_trials: 1
     max_failure_fraction: 1.0
     objectives: [{{metric: train/rewards/extra/mean, direction: maximize}}]
-    pruner: {{name: none}}
     params:
       +{extra}: choice(grpo_lab.rewards.math.int_answer, failing_rewards.explode, failing_rewards.nan_reward)
       num_generations: choice(4, 3)
@@ -139,7 +218,7 @@ hydra:
 """,
     )
     proc = run_cli(
-        ["-m", *args, *FAST, "+reward.weights.extra=1.0"],
+        ["-m", *args, *FAST, "+reward.weights.extra=1.0", "hydra/sweeper/pruner=none"],
         tmp_path,
         model_cache,
         timeout=600,
@@ -208,7 +287,7 @@ def test_resume_after_a_killed_worker(tmp_path, model_cache, kind):
         "sweep=lr_beta",
         *FAST,
         "hydra.sweeper.n_trials=3",
-        "hydra.sweeper.pruner.name=none",
+        "hydra/sweeper/pruner=none",
         "hydra.sweeper.heartbeat_interval=1",
         "hydra.sweeper.grace_period=3",
         *storage,
@@ -255,7 +334,7 @@ def _two_workers(tmp_path: Path, model_cache: Path, storage: str) -> optuna.Stud
         *FAST,
         "hydra.sweeper.n_trials=4",
         f"hydra.sweeper.storage='{storage}'",
-        "hydra.sweeper.pruner.name=none",
+        "hydra/sweeper/pruner=none",
     ]
     workers = [_popen(args, tmp_path, model_cache, tmp_path / f"worker{i}.log") for i in range(2)]
     for i, w in enumerate(workers):
@@ -395,7 +474,7 @@ def test_journal_storage(tmp_path, model_cache):
 def test_a_sweep_keeps_only_the_best_model(tmp_path, model_cache):
     """keep_models=best (the default): every trial saves its model, and only the best one's stays on disk."""
     args = ["-m", "sweep=lr_beta", *FAST, "output.save_model=true", "hydra.sweeper.n_trials=3"]
-    args += ["hydra.sweeper.pruner.name=none", "objective.metric=train/reward_end"]
+    args += ["hydra/sweeper/pruner=none", "objective.metric=train/reward_end"]
     proc = run_cli(args, tmp_path, model_cache, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     sweep_dir = tmp_path / "outputs" / "sweeps" / "lr_beta"

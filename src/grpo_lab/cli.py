@@ -6,6 +6,7 @@ The task function validates the composed config (no torch import), then hands a 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sys
@@ -81,14 +82,24 @@ def prepare_overrides(args: list[str]) -> tuple[list[str], list[str]]:
     Group selections (`model=tiny`), `hydra.*` keys and explicit `+`/`~` overrides are left alone
     (the rule is :func:`grpo_lab.overrides.normalise`).
     """
-    groups = config_groups()
+    groups = config_groups(_config_dirs(args))  # a group only a `--config-dir` has is a group too
     out, swept = list(args), []
     for i in _override_positions(args):
         override = ov.parse(args[i])
+        if (key := override.key_or_group) in ("hydra.sweeper.sampler.name", "hydra.sweeper.pruner.name"):
+            from grpo_lab.sweep.samplers import renamed
+
+            raise renamed(key.split(".")[2], override.value())
         out[i] = ov.normalise(override, groups)
         if key := ov.swept_key(override):
             swept.append(key)
     return out, swept
+
+
+def _config_dirs(args: list[str]) -> list[Path]:
+    """The `--config-dir DIR` / `-cd DIR` / `--config-dir=DIR` folders of argv."""
+    found = [Path(value) for flag, value in itertools.pairwise(args) if flag in ("--config-dir", "-cd")]
+    return found + [Path(a.split("=", 1)[1]) for a in args if a.startswith("--config-dir=")]
 
 
 def _override_positions(args: list[str]) -> list[int]:

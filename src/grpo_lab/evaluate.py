@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_lab.config import EvalConfig
+from grpo_lab.config import EVAL_METRICS, EvalConfig
 from grpo_lab.records import EVAL_ITEM_KEYS as PROPORTIONS  # each gets its 95% interval and a paired change
 from grpo_lab.rewards.format import strict_format
 from grpo_lab.rewards.math import correctness
@@ -25,8 +25,8 @@ class EvalResult:
     samples: list[dict[str, Any]]  # one per item, in the eval set's order: item, correct, format, completion
 
     def scores(self) -> dict[str, float]:
-        """accuracy, format and mean_length (`config.EVAL_METRICS`): what a periodic evaluation reports."""
-        return {"accuracy": self.accuracy, "format": self.format, "mean_length": self.mean_length}
+        """The metrics an objective can name (`config.EVAL_METRICS`): what a periodic evaluation reports."""
+        return {name: getattr(self, name) for name in EVAL_METRICS}
 
     def outcomes(self, name: str) -> list[bool]:
         """Per item, 0/1 for `accuracy` (items with a gradable reference only) or `format`."""

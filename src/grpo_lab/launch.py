@@ -256,6 +256,7 @@ def _check_interrupted_record(cfg: RunConfig, ctx: Any, metrics_file: Path, stal
     """The main child records an interrupted run itself; if it could not (it was killed, or stopped before
     training began), the parent writes the record, with the last step in history.jsonl."""
     from grpo_lab import records
+    from grpo_lab.tracking import TrackerInfo, choose_mode
 
     if metrics_file.exists() and metrics_file.read_bytes() != stale:
         return
@@ -263,16 +264,17 @@ def _check_interrupted_record(cfg: RunConfig, ctx: Any, metrics_file: Path, stal
     step = rows[-1].get("step", 0) if rows else 0
     name = interrupts.signal_name(signum)
     log.warning("The main process left no record: %s says interrupted by %s at step %d.", metrics_file, name, step)
-    records.write_json(
-        metrics_file,
-        {
-            "status": "interrupted",
-            "run_name": ctx.run_name,
-            "objective": {"metric": cfg.objective.metric, "value": float("nan")},
-            "metrics": {},
-            "interrupted": {"signal": name, "step": step},
-        },
+    result = records.RunResult(
+        status="interrupted",
+        objective=float("nan"),
+        objective_metric=cfg.objective.metric,
+        metrics={},
+        run_dir=ctx.run_dir,
+        run_name=ctx.run_name,
+        # The children's W&B run (their environment is ours), left unclosed by the kill.
+        tracker=TrackerInfo(mode=choose_mode(cfg.logger), run_id=records.wandb_run_id(ctx.run_dir)),
     )
+    records.write_metrics(result, interrupted={"signal": name, "step": step})
 
 
 def _pump(proc: subprocess.Popen, log_file: Any, tail: deque[str]) -> None:

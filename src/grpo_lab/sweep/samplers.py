@@ -1,7 +1,10 @@
-"""Optuna samplers and pruners from the sweeper's config (`hydra.sweeper.sampler` / `.pruner`).
+"""Optuna samplers and pruners from the sweeper's `_target_` configs (`hydra.sweeper.sampler` / `.pruner`).
 
-Shared by the sweeper and by the trial's job: `Trial.should_prune()` asks the pruner of the study
-object in the job's own process, so the job must build the same pruner the sweep was configured with.
+The options are the files of conf/hydra/sweeper/{sampler,pruner}/ (and of a user's config folder), picked
+with `hydra/sweeper/pruner=hyperband`; Hydra's `instantiate` builds them, so any Optuna sampler or pruner
+(or one of the user's own) works without code here. Shared by the sweeper and by the trial's job:
+`Trial.should_prune()` asks the pruner of the study object in the job's own process, so the job must build
+the same pruner the sweep was configured with.
 """
 
 from __future__ import annotations
@@ -13,37 +16,49 @@ from grpo_lab.errors import ConfigError
 
 
 def build_sampler(spec: Mapping[str, Any], seed: int | None) -> Any:
-    import optuna
-
-    name = spec["name"]
-    if name == "tpe":
-        # constant_liar: concurrent trials see each other's pending points instead of piling onto one.
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec["n_startup_trials"], constant_liar=True)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "nsgaii":
-        return optuna.samplers.NSGAIISampler(seed=seed)
-    raise ConfigError(f"Unknown sampler {name!r}: use tpe, random or nsgaii (hydra.sweeper.sampler.name).")
+    """The sampler of `spec`, seeded with `seed` (the sweep's seed + the worker's number) if it takes a seed."""
+    return _build("sampler", spec, **({"seed": seed} if "seed" in spec else {}))
 
 
 def build_pruner(spec: Mapping[str, Any] | None) -> Any:
+    """The pruner of `spec`; Optuna's NopPruner for None (a trial that is not pruned)."""
     import optuna
 
-    name = "none" if spec is None else spec["name"]
-    if name == "none":
-        return optuna.pruners.NopPruner()
-    if name == "median":
-        return optuna.pruners.MedianPruner(
-            n_startup_trials=spec["n_startup_trials"], n_warmup_steps=spec["n_warmup_steps"]
-        )
-    if name == "successive_halving":
-        return optuna.pruners.SuccessiveHalvingPruner(
-            min_resource=spec["min_resource"], reduction_factor=spec["reduction_factor"]
-        )
-    if name == "hyperband":
-        return optuna.pruners.HyperbandPruner(
-            min_resource=spec["min_resource"], reduction_factor=spec["reduction_factor"]
-        )
-    raise ConfigError(
-        f"Unknown pruner {name!r}: use median, successive_halving, hyperband or none (hydra.sweeper.pruner.name)."
+    return optuna.pruners.NopPruner() if spec is None else _build("pruner", spec)
+
+
+def prunes(spec: Mapping[str, Any]) -> bool:
+    """Whether the pruner of `spec` can stop a trial (`hydra/sweeper/pruner=none` cannot)."""
+    import optuna
+
+    return not isinstance(build_pruner(spec), optuna.pruners.NopPruner)
+
+
+def _build(kind: str, spec: Mapping[str, Any], **kwargs: Any) -> Any:
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    spec = dict(spec)
+    if "name" in spec:
+        raise renamed(kind, spec["name"])
+    if "_target_" not in spec:
+        raise ConfigError(f"`hydra.sweeper.{kind}` needs a `_target_` (options: {', '.join(options(kind))}).")
+    try:
+        return instantiate(spec, **kwargs)
+    except InstantiationException as e:  # a typo in the target or in one of its arguments
+        raise ConfigError(f"`hydra.sweeper.{kind}` ({spec['_target_']}) cannot be built: {e}") from None
+
+
+def renamed(kind: str, name: Any) -> ConfigError:
+    """The flat settings of earlier grpo_lab (`hydra.sweeper.pruner.name=none`), in a sweep file or typed."""
+    return ConfigError(
+        f"`hydra.sweeper.{kind}.name` is gone: pick the {kind} as a config group, "
+        f"`hydra/sweeper/{kind}={name}` (options: {', '.join(options(kind))})."
     )
+
+
+def options(kind: str) -> list[str]:
+    """The names of the `hydra/sweeper/<kind>` options in every config folder (ours and the user's)."""
+    from grpo_lab.paths import config_dirs
+
+    return sorted({p.stem for d in config_dirs() for p in (d / "hydra" / "sweeper" / kind).glob("*.yaml")})

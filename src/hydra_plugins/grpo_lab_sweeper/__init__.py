@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
 
 
 @dataclass
@@ -17,30 +18,14 @@ class ObjectiveConf:
 
 
 @dataclass
-class SamplerConf:
-    # tpe | random | nsgaii
-    name: str = "tpe"
-    # Worker k of a study uses seed + k, so concurrent workers propose different points.
-    seed: Optional[int] = 42
-    # TPE samples at random this many trials before modelling.
-    n_startup_trials: int = 4
-
-
-@dataclass
-class PrunerConf:
-    # median | successive_halving | hyperband | none
-    name: str = "median"
-    # median: prune only once this many trials finished, and not before this step.
-    n_startup_trials: int = 2
-    n_warmup_steps: int = 1
-    # successive_halving / hyperband: the first rung, in training steps.
-    min_resource: int = 1
-    reduction_factor: int = 3
-
-
-@dataclass
 class GrpoOptunaSweeperConf:
     _target_: str = "hydra_plugins.grpo_lab_sweeper.sweeper.GrpoOptunaSweeper"
+    # The sampler and pruner configs reach the sweeper as configs: it seeds each worker's sampler itself and
+    # hands the pruner's config to every trial's job.
+    _recursive_: bool = False
+    # The sampler and the pruner are `_target_` configs, options of the groups hydra/sweeper/sampler and
+    # hydra/sweeper/pruner (conf/hydra/sweeper/): `hydra/sweeper/pruner=hyperband`, or a file of one's own.
+    defaults: list[Any] = field(default_factory=lambda: ["_self_", {"sampler": "tpe"}, {"pruner": "median"}])
     study_name: str = "grpo_lab"
     # null: sqlite:///outputs/sweeps/optuna.db. Any Optuna RDB URL (postgresql+psycopg2://...), or
     # journal:<path> for a journal file shared by workers without a database.
@@ -53,8 +38,8 @@ class GrpoOptunaSweeperConf:
     # Trials launched at once (with hydra/launcher=joblib they run in parallel).
     n_jobs: int = 1
     objectives: Any = field(default_factory=lambda: [ObjectiveConf()])
-    sampler: SamplerConf = field(default_factory=SamplerConf)
-    pruner: PrunerConf = field(default_factory=PrunerConf)
+    sampler: Any = MISSING
+    pruner: Any = MISSING
     # key: override-grammar sweep, e.g. `lr: tag(log, interval(1e-6, 1e-4))`.
     params: Any = field(default_factory=dict)
     # Parameter sets to try first (only when the study is new), e.g. a known-good config.

@@ -87,6 +87,7 @@ class GrpoOptunaSweeper(Sweeper):
         self.config: DictConfig | None = None
         self.launcher: Any = None
         self.job_idx = 0
+        self.pruner: dict[str, Any] | None = None  # set by _open_study
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
@@ -151,7 +152,7 @@ class GrpoOptunaSweeper(Sweeper):
         import optuna
 
         from grpo_lab.sweep import storage as st
-        from grpo_lab.sweep.samplers import build_pruner, build_sampler
+        from grpo_lab.sweep.samplers import build_pruner, build_sampler, prunes
 
         s = self.settings
         multi = len(metrics) > 1
@@ -166,9 +167,12 @@ class GrpoOptunaSweeper(Sweeper):
                 for params in s.enqueue or []:
                     study.enqueue_trial(OmegaConf.to_container(params))
         # Each worker its own sampler seed, so that concurrent workers do not propose the same points.
-        seed = None if s.sampler.seed is None else int(s.sampler.seed) + worker
-        study.sampler = build_sampler(s.sampler, seed)
-        study.pruner = build_pruner(None if multi else s.pruner)
+        sampler, pruner = OmegaConf.to_container(s.sampler), OmegaConf.to_container(s.pruner)
+        seed = None if sampler.get("seed") is None else int(sampler["seed"]) + worker
+        study.sampler = build_sampler(sampler, seed)
+        # What a trial's job gets to build the same pruner; None: its trials are not pruned.
+        self.pruner = None if multi or not prunes(pruner) else pruner
+        study.pruner = build_pruner(self.pruner)
         if multi:
             log.info("Multi-objective sweep (%s): trials run without pruning.", ", ".join(metrics))
         log.info(
@@ -204,13 +208,12 @@ class GrpoOptunaSweeper(Sweeper):
         from grpo_lab.overrides import render
 
         s = self.settings
-        pruning = s.pruner.name != "none" and len(s.objectives) == 1
         info = {
             "study": s.study_name,
             "storage": share(url),  # masked; jobs get the real URL back with redact.reveal
             "number": trial.number,
             "id": trial_id,
-            "pruner": OmegaConf.to_container(s.pruner) if pruning else None,
+            "pruner": self.pruner,
         }
         extra = [
             render("++trial", info),
