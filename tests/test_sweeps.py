@@ -154,13 +154,38 @@ def test_misspelt_sweep_lists_the_available_ones(tmp_path, model_cache):
     assert "lr_beta" in proc.stderr and "grpo" in proc.stderr and "pareto" in proc.stderr
 
 
+def test_swept_reward_weights_need_a_weight_free_objective_and_pruning_signal(tmp_path, model_cache):
+    """sweep=grpo varies every reward weight: a small weight lowers the weighted reward without the trial
+    being any worse, so neither the objective nor the pruning signal may be that reward."""
+    base = ["-m", "sweep=grpo", *FAST]
+    proc = run_cli([*base, "eval.every_n_steps=null"], tmp_path, model_cache, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Pruning would compare trials on the weighted training reward" in proc.stderr
+    assert "Set `eval.every_n_steps=N`" in proc.stderr and "`hydra/sweeper/pruner=none`" in proc.stderr
+    objective = "hydra.sweeper.objectives=[{metric:train/reward_end,direction:maximize}]"
+    proc = run_cli([*base, objective], tmp_path, model_cache, timeout=120)
+    assert proc.returncode == 1 and "Objective `train/reward_end` is the weighted training reward" in proc.stderr
+    assert "train/rewards/<name>/mean" in proc.stderr
+    assert not (tmp_path / "outputs" / "sweeps" / "optuna.db").exists()  # refused before any study or trial
+
+
 # --------------------------------------------------------------------------------------- full sweeps
 def test_grpo_sweep_runs_trials_tracks_them_and_best_yaml_reruns(tmp_path, model_cache):
-    proc = run_cli(["-m", "sweep=grpo", *FAST, "hydra.sweeper.n_trials=4"], tmp_path, model_cache, timeout=600)
+    confirming = ["hydra.sweeper.confirm.top_k=1", "hydra.sweeper.confirm.seeds=1"]
+    proc = run_cli(
+        ["-m", "sweep=grpo", *FAST, "hydra.sweeper.n_trials=4", *confirming], tmp_path, model_cache, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     study = load_study(tmp_path, "grpo")
     finished = study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
-    assert len(finished) == 4 == len(study.trials)
+    assert len(finished) == 5 == len(study.trials)
+    # After the 4 search trials, the best config again with seed 42 + 1: never pruned, tagged `confirm`.
+    (again,) = [t for t in study.trials if "confirm_of" in t.user_attrs]
+    assert again.number == 4 and again.state == TrialState.COMPLETE
+    assert (
+        again.params == study.trials[again.user_attrs["confirm_of"]].params and again.user_attrs["confirm_seed"] == 43
+    )
+    assert "Confirmation runs (eval_after/accuracy, mean over seeds" in proc.stdout
     sampled = {"num_generations", "lr", "beta", "reward.weights.correctness", "reward.weights.xmlcount"}
     assert sampled <= set(finished[0].params)
     # Stable trial folders, one W&B run per trial, all in the study's group.
@@ -171,6 +196,7 @@ def test_grpo_sweep_runs_trials_tracks_them_and_best_yaml_reruns(tmp_path, model
         runs[trial.number] = read_run(path)
     assert {r.group for r in runs.values()} == {"grpo"}
     assert all(r.config["trial"]["number"] == n for n, r in runs.items())
+    assert runs[4].config["seed"] == 43 and runs[4].config["trial"]["pruner"] is None and "confirm" in runs[4].tags
     assert runs[0].config["lr"] == pytest.approx(study.trials[0].params["lr"])
     # One line per finished trial (its full summary in its folder), W&B's own blocks off; then the table.
     assert "== grpo_lab run" not in proc.stdout and "Run history" not in proc.stdout + proc.stderr
@@ -181,7 +207,8 @@ def test_grpo_sweep_runs_trials_tracks_them_and_best_yaml_reruns(tmp_path, model
         assert f"== grpo_lab run `trial_{trial.number}`: finished ==" in summary_file.read_text()
     assert "== grpo_lab sweep `grpo`" in proc.stdout and "Best trial: #" in proc.stdout
     best = yaml.safe_load((sweep_dir / "best.yaml").read_text())
-    assert best["trial"] == study.best_trial.number
+    assert best["trial"] == again.user_attrs["confirm_of"] == best["confirm"][0]["trial"]
+    assert best["confirm"][0]["values"] == [study.trials[best["trial"]].value, again.value]
     assert best["command"].startswith("python -m grpo_lab ")
     # Re-run the winner exactly as best.yaml says, and find its parameters in the new run's config.
     args = best["command"].split()[3:]
@@ -190,7 +217,7 @@ def test_grpo_sweep_runs_trials_tracks_them_and_best_yaml_reruns(tmp_path, model
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     (metrics_file,) = (tmp_path / "rerun" / "outputs").rglob("metrics.json")
     config = yaml.safe_load((metrics_file.parent / "config.yaml").read_text())
-    params = study.best_trial.params
+    params = study.trials[best["trial"]].params
     assert config["lr"] == pytest.approx(params["lr"]) and config["num_generations"] == params["num_generations"]
     assert config["reward"]["weights"]["correctness"] == pytest.approx(params["reward.weights.correctness"])
 

@@ -7,7 +7,8 @@
   items that changed). Only discordant items carry information: 7/32 -> 9/32 is nothing if it is two
   lucky flips.
 
-Pure Python: no scipy in the dependencies.
+- :func:`seed_mean` and :func:`welch_p`: one config run with several seeds (a sweep's confirmation runs):
+  the mean with its t-interval, and Welch's two-sample t-test of two configs' seed values (scipy.stats).
 """
 
 from __future__ import annotations
@@ -100,3 +101,42 @@ def detectable_difference(n: int, p: float = 0.5, z: float = Z95) -> float:
     if n <= 0:
         return math.nan
     return z * math.sqrt(2 * p * (1 - p) / n)
+
+
+@dataclass(frozen=True)
+class SeedMean:
+    """A config's objective over its seeds: the mean and its 95% t-interval (nan with one seed)."""
+
+    n: int
+    mean: float
+    ci_low: float
+    ci_high: float
+
+
+def seed_mean(values: Sequence[float]) -> SeedMean:
+    """The mean of `values` (one per seed) with the 95% interval of Student's t on n - 1 degrees of freedom."""
+    import statistics
+
+    from scipy import stats
+
+    n = len(values)
+    if n == 0:
+        return SeedMean(0, math.nan, math.nan, math.nan)
+    mean = statistics.fmean(values)
+    if n == 1:
+        return SeedMean(1, mean, math.nan, math.nan)
+    half = float(stats.t.ppf(1 - ALPHA / 2, n - 1)) * statistics.stdev(values) / math.sqrt(n)
+    return SeedMean(n, mean, mean - half, mean + half)
+
+
+def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value that two configs' seed values have the same mean (Welch's t-test: no equal-variance
+    assumption). Needs two values on each side (nan otherwise); values without spread on both sides give 1.0
+    when the means are equal and 0.0 when they differ (the t statistic is infinite)."""
+    from scipy import stats
+
+    if len(a) < 2 or len(b) < 2:
+        return math.nan
+    if max(a) == min(a) and max(b) == min(b):
+        return 1.0 if a[0] == b[0] else 0.0
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)

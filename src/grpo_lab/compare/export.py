@@ -14,6 +14,7 @@ from grpo_lab.compare.leaderboard import Board
 from grpo_lab.compare.sources import RunRecord, SourceError
 from grpo_lab.paths import config_groups, export_dir, on_search_path
 from grpo_lab.redact import MASK, redact
+from grpo_lab.sweep import confirm
 
 
 def pick(board: Board, trial: int | None) -> RunRecord:
@@ -32,21 +33,28 @@ def pick(board: Board, trial: int | None) -> RunRecord:
             "Several objectives: pick one of the Pareto-optimal trials with --trial N "
             f"({', '.join(str(n) for n in front) or 'none finished'})."
         )
+    if (study := _study(board)) is not None and (ranked := confirm.rank(study)):
+        return pick(board, ranked[0].trial)  # the best mean over seeds, not the luckiest seed
     for run in runs:
         if run.state == "finished" and run.objective is not None:
             return run
     raise SourceError(f"No finished run with an objective value in {board.source.label}: nothing to export.")
 
 
+def _study(board: Board) -> Any:
+    """The Optuna study of a sweep source; None for run folders."""
+    if not (board.source.storage and board.source.study_name):
+        return None
+    import optuna
+
+    from grpo_lab.sweep.storage import open_storage
+
+    return optuna.load_study(study_name=board.source.study_name, storage=open_storage(board.source.storage))
+
+
 def _pareto(board: Board) -> list[int]:
-    if board.source.storage and board.source.study_name:
-        import optuna
-
-        from grpo_lab.sweep.storage import open_storage
-
-        study = optuna.load_study(study_name=board.source.study_name, storage=open_storage(board.source.storage))
-        return sorted(t.number for t in study.best_trials)
-    return []
+    study = _study(board)
+    return [] if study is None else sorted(t.number for t in study.best_trials)
 
 
 def _split(overrides: list[str]) -> tuple[str, list[tuple[str, str]], list[tuple[str, Any]]]:
@@ -91,6 +99,12 @@ def write_preset(board: Board, run: RunRecord, name: str, *, force: bool = False
         for m, v in zip(board.source.metrics, run.values or [run.objective], strict=False)
         if v is not None
     )
+    study = _study(board)
+    confirmed = {r.trial: r for r in confirm.rank(study)} if study is not None else {}
+    if (r := confirmed.get(run.trial)) is not None:  # picked by the seed mean (sweep confirmation runs)
+        tied = [f"#{o.trial}" for o in confirmed.values() if o.tied]
+        objective = f"{metric} = {r.mean.mean:.4g} [{r.mean.ci_low:.4g}, {r.mean.ci_high:.4g}] over {r.mean.n} seeds"
+        objective += f", tied with {', '.join(tied)}" if tied else ""
     header = [
         "# @package _global_",
         f"# Exported by `python -m grpo_lab.compare --export {name}` on {dt.date.today().isoformat()}:",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_lab.overrides import Machinery, user_overrides, without
+from grpo_lab.sweep import confirm
 from grpo_lab.sweep.retention import model_path
 
 
@@ -25,12 +26,35 @@ def _duration(trial: Any) -> str:
 
 
 def best_trials(study: Any) -> list[Any]:
-    """The best trial (single objective) or the Pareto-optimal trials (several)."""
+    """The best trial (single objective: the best seed mean once there are confirmation runs) or the
+    Pareto-optimal trials (several)."""
     from optuna.trial import TrialState
 
     if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         return []
-    return [study.best_trial] if len(study.directions) == 1 else list(study.best_trials)
+    if len(study.directions) > 1:
+        return list(study.best_trials)
+    if ranked := confirm.rank(study):
+        return [study.get_trials(deepcopy=False)[ranked[0].trial]]
+    return [study.best_trial]
+
+
+def tied_with_best(study: Any) -> list[int]:
+    """The trials that cannot be told from the best one: statistically tied seed means after confirmation
+    runs, else search trials with exactly the best value (a smoke sweep where every trial scored 0)."""
+    (best,) = best_trials(study) or [None]
+    if best is None or len(study.directions) > 1:
+        return []
+    if ranked := confirm.rank(study):
+        return [r.trial for r in ranked[1:] if r.tied]
+    return [
+        t.number
+        for t in study.get_trials(deepcopy=False)
+        if t.state.name == "COMPLETE"
+        and t.number != best.number
+        and not confirm.is_confirmation(t)
+        and t.value == best.value
+    ]
 
 
 def trials_table(study: Any, metrics: list[str]) -> str:
@@ -43,6 +67,8 @@ def trials_table(study: Any, metrics: list[str]) -> str:
     for t in trials:
         values = t.values if t.values is not None else [None] * len(metrics)
         note = t.user_attrs.get("error", "")
+        if confirm.is_confirmation(t):
+            note = f"confirms #{t.user_attrs[confirm.CONFIRM_OF]} (seed {t.user_attrs[confirm.SEED]}) {note}".rstrip()
         if t.state.name == "PRUNED":
             note = t.user_attrs.get("pruned", "pruned")
         rows.append(
@@ -100,6 +126,19 @@ def write_best(study: Any, path: Path, *, metrics: list[str], storage: str) -> P
     }
     if len(entries) == 1:
         data |= entries[0]
+        data["tied_with"] = tied_with_best(study)  # trials not shown to differ from this one
+        if ranked := confirm.rank(study):  # chosen by the seed mean: each confirmed config's seeds
+            data["confirm"] = [
+                {
+                    "trial": r.trial,
+                    "values": r.values,
+                    "mean": r.mean.mean,
+                    "ci95": [r.mean.ci_low, r.mean.ci_high],
+                    "p_vs_best": r.p_vs_best,
+                    "tied": r.tied,
+                }
+                for r in ranked
+            ]
     else:
         data["pareto_front"] = entries
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,4 +150,4 @@ def write_best(study: Any, path: Path, *, metrics: list[str], storage: str) -> P
     return path
 
 
-__all__ = ["best_trials", "rerun_command", "trials_table", "write_best"]
+__all__ = ["best_trials", "rerun_command", "tied_with_best", "trials_table", "write_best"]

@@ -33,16 +33,27 @@ def check_policy(policy: str, top_k: int) -> None:
 
 
 def ranked_complete(study: Any) -> list[Any]:
-    """COMPLETE trials, best first (single objective); the Pareto front first, then the rest (several)."""
+    """COMPLETE trials, best first (single objective; after confirmation runs the configs by their seed mean
+    first, each config's runs by value); the Pareto front first, then the rest (several)."""
     from optuna.study import StudyDirection
     from optuna.trial import TrialState
+
+    from grpo_lab.sweep.confirm import CONFIRM_OF, rank
 
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if len(study.directions) > 1:
         front = {t.number for t in study.best_trials}
         return sorted(complete, key=lambda t: (t.number not in front, t.number))
     sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
-    return sorted(complete, key=lambda t: (sign * t.value, t.number))
+    configs = {r.trial: i for i, r in enumerate(rank(study))}
+    return sorted(
+        complete,
+        key=lambda t: (
+            configs.get(int(t.user_attrs.get(CONFIRM_OF, t.number)), len(configs)),
+            sign * t.value,
+            t.number,
+        ),
+    )
 
 
 def kept_trials(study: Any, policy: str, top_k: int) -> list[Any]:

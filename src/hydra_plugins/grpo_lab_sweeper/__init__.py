@@ -18,6 +18,15 @@ class ObjectiveConf:
 
 
 @dataclass
+class ConfirmConf:
+    # After the search: re-run the top_k configs with `seeds` more seeds each (seed + 1 .. seed + seeds),
+    # then pick the winner by the mean over seeds and say which configs are statistically tied with it.
+    # top_k 0: no confirmation runs (one objective only; the swept parameters must not include `seed`).
+    top_k: int = 0
+    seeds: int = 2
+
+
+@dataclass
 class GrpoOptunaSweeperConf:
     _target_: str = "hydra_plugins.grpo_lab_sweeper.sweeper.GrpoOptunaSweeper"
     # The sampler and pruner configs reach the sweeper as configs: it seeds each worker's sampler itself and
@@ -38,6 +47,7 @@ class GrpoOptunaSweeperConf:
     # Trials launched at once (with hydra/launcher=joblib they run in parallel).
     n_jobs: int = 1
     objectives: Any = field(default_factory=lambda: [ObjectiveConf()])
+    confirm: ConfirmConf = field(default_factory=ConfirmConf)
     sampler: Any = MISSING
     pruner: Any = MISSING
     # key: override-grammar sweep, e.g. `lr: tag(log, interval(1e-6, 1e-4))`.

@@ -110,7 +110,6 @@ class GrpoOptunaSweeper(Sweeper):
         from grpo_lab.paths import config_groups
         from grpo_lab.sweep import retention
         from grpo_lab.sweep import storage as st
-        from grpo_lab.sweep.report import write_best
         from grpo_lab.sweep.retention import check_policy
         from grpo_lab.sweep.space import expand_wildcards, parse_space
 
@@ -120,20 +119,44 @@ class GrpoOptunaSweeper(Sweeper):
             check_metric_name(metric)
         params = expand_wildcards(OmegaConf.to_container(s.params) or {}, self.config)
         space = parse_space(params, arguments, config_groups())
+        distributions = {p.name: p.distribution for p in space.params}
+        check_policy(s.keep_models, s.keep_top_k)
+        self._check_confirm(metrics, distributions)
+        self._check_weight_free(metrics, distributions)
         url = s.storage or DEFAULT_STORAGE
         storage = st.make_storage(
             url, heartbeat_interval=s.heartbeat_interval, grace_period=s.grace_period, max_retry=s.retry_failed
         )
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study, worker = self._open_study(storage, url, metrics, [o.direction for o in s.objectives])
-        check_policy(s.keep_models, s.keep_top_k)
-        distributions = {p.name: p.distribution for p in space.params}
-        while True:
-            trials = st.claim_trials(
-                study, storage, url, target=s.n_trials, batch=s.n_jobs, distributions=distributions
-            )
-            if not trials:
-                break
+        run = (study, storage, url, space, metrics, worker, distributions)
+        self._run_until(s.n_trials, *run)
+        if s.confirm.top_k > 0:
+            self._run_until(s.n_trials + self._plan_confirmation(study, storage, url), *run)
+        with st.claim_lock(url, storage, s.study_name):
+            st.fail_stale(study, storage)
+        self._report(study, url, metrics, kept=retention.apply(study, s.keep_models, s.keep_top_k))
+
+    def _run_until(
+        self,
+        target: int,
+        study: Any,
+        storage: Any,
+        url: str,
+        space: Any,
+        metrics: list[str],
+        worker: int,
+        distributions: dict,
+    ) -> None:
+        """Claim and run batches of trials until the study holds `target` finished trials."""
+        from grpo_lab.sweep import retention
+        from grpo_lab.sweep import storage as st
+        from grpo_lab.sweep.report import write_best
+
+        s = self.settings
+        while trials := st.claim_trials(
+            study, storage, url, target=target, batch=s.n_jobs, distributions=distributions
+        ):
             try:
                 self._run_batch(study, storage, url, trials, space, metrics, worker)
             except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (grpo_lab.interrupts.Interrupted): stop the sweep
@@ -142,9 +165,70 @@ class GrpoOptunaSweeper(Sweeper):
             retention.apply(study, s.keep_models, s.keep_top_k)
             write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=redact(url))
             self._check_failures(study)
-        with st.claim_lock(url, storage, s.study_name):
-            st.fail_stale(study, storage)
-        self._report(study, url, metrics, kept=retention.apply(study, s.keep_models, s.keep_top_k))
+
+    def _check_confirm(self, metrics: list[str], distributions: dict) -> None:
+        from grpo_lab.errors import ConfigError
+
+        c = self.settings.confirm
+        if c.top_k < 0 or c.seeds < 1:
+            raise ConfigError(f"`hydra.sweeper.confirm` needs top_k >= 0 and seeds >= 1, got {dict(c)}.")
+        if c.top_k and len(metrics) > 1:
+            raise ConfigError(
+                "`hydra.sweeper.confirm` ranks configs by one objective; set confirm.top_k=0 for "
+                f"the {len(metrics)}-objective sweep."
+            )
+        if c.top_k and "seed" in distributions:
+            raise ConfigError("`hydra.sweeper.confirm` re-runs configs with new seeds: do not also sweep `seed`.")
+
+    def _check_weight_free(self, metrics: list[str], distributions: dict) -> None:
+        """With reward weights swept, the weighted training reward is not comparable across trials (small weights
+        score lower only because they scale the reward down): neither the objective nor the pruning signal."""
+        from grpo_lab.errors import ConfigError
+        from grpo_lab.sweep.samplers import prunes
+
+        weights = sorted(n for n in distributions if n.startswith("reward.weights."))
+        if not weights:
+            return
+        why = f"the sweep varies {', '.join(f'`{w}`' for w in weights)}, which scale the weighted reward"
+        for metric in metrics:
+            if metric.startswith("train/reward") and not metric.startswith("train/rewards/"):
+                raise ConfigError(
+                    f"Objective `{metric}` is the weighted training reward, but {why}: optimise a metric the weights "
+                    "do not scale, e.g. eval_after/accuracy or train/rewards/<name>/mean."
+                )
+        # An eval_* objective without periodic evaluation is pruned on the training reward (sweep.trial).
+        by_reward = metrics[0].startswith("eval_") and not self.config.eval.every_n_steps
+        if len(metrics) == 1 and by_reward and prunes(OmegaConf.to_container(self.settings.pruner)):
+            raise ConfigError(
+                f"Pruning would compare trials on the weighted training reward (no periodic evaluation), but {why}. "
+                "Set `eval.every_n_steps=N` to prune on the held-out metric, or `hydra/sweeper/pruner=none`."
+            )
+
+    def _plan_confirmation(self, study: Any, storage: Any, url: str) -> int:
+        """Queue the confirmation trials (once per study, by the first worker whose search is over, after
+        every search trial has ended: the top k must be known); their number."""
+        import time
+
+        from optuna.trial import TrialState
+
+        from grpo_lab.sweep import confirm
+        from grpo_lab.sweep import storage as st
+
+        s = self.settings
+        while True:
+            with st.claim_lock(url, storage, s.study_name):
+                st.fail_stale(study, storage)
+                if (count := confirm.planned(study)) is not None:
+                    return count
+                running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                if not running:
+                    runs = confirm.plan(
+                        study, top_k=s.confirm.top_k, seeds=s.confirm.seeds, base_seed=int(self.config.seed)
+                    )
+                    confirm.enqueue(study, runs)
+                    log.info("Confirmation: %d configs x %d seeds.", len(runs) // s.confirm.seeds, s.confirm.seeds)
+                    return len(runs)
+            time.sleep(s.heartbeat_interval)  # another worker's search trial is still running
 
     def _open_study(self, storage: Any, url: str, metrics: list[str], directions: list[str]) -> tuple[Any, int]:
         """Create or join the study (under the claim lock: several workers may start at once); this worker's
@@ -188,15 +272,22 @@ class GrpoOptunaSweeper(Sweeper):
 
     def _report(self, study: Any, url: str, metrics: list[str], kept: list) -> None:
         """The end of the sweep: the trials table, best.yaml, the best trial(s) and how to run them again."""
-        from grpo_lab.sweep.report import best_trials, trials_table, write_best
+        from grpo_lab.sweep import confirm
+        from grpo_lab.sweep.report import best_trials, tied_with_best, trials_table, write_best
 
         s = self.settings
         print(f"\n== grpo_lab sweep `{s.study_name}` ({redact(url)}) ==", flush=True)
         print(trials_table(study, metrics), flush=True)
+        if ranked := confirm.rank(study):
+            print(f"\nConfirmation runs ({metrics[0]}, mean over seeds, 95% t-interval):", flush=True)
+            print(confirm.table(ranked), flush=True)
+            print(confirm.verdict(ranked), flush=True)
         best = write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=redact(url))
         if best is not None:
             label = "Pareto-optimal trials" if len(metrics) > 1 else "Best trial"
-            print(f"\n{label}: {', '.join('#' + str(t.number) for t in best_trials(study))}  (details in {best})")
+            tied = tied_with_best(study)
+            tie = f", tied with {', '.join('#' + str(n) for n in tied)}" if tied else ""
+            print(f"\n{label}: {', '.join('#' + str(t.number) for t in best_trials(study))}{tie}  (details in {best})")
             for t in best_trials(study)[:5]:
                 print(f"  #{t.number}: {t.user_attrs.get('command', '')}")
         if kept:
@@ -206,26 +297,34 @@ class GrpoOptunaSweeper(Sweeper):
     # ----------------------------------------------------------------------------------------- trials
     def _trial_overrides(self, trial: Any, trial_id: int, space: Any, url: str, arguments_keys: set[str]) -> list[str]:
         from grpo_lab.overrides import render
+        from grpo_lab.sweep import confirm
 
         s = self.settings
+        confirming = confirm.is_confirmation(trial)
         info = {
             "study": s.study_name,
             "storage": share(url),  # masked; jobs get the real URL back with redact.reveal
             "number": trial.number,
             "id": trial_id,
-            "pruner": self.pruner,
+            "pruner": None if confirming else self.pruner,  # a pruned seed would bias the config's mean
         }
         extra = [
             render("++trial", info),
             render("hydra.sweep.dir", str(self.sweep_dir)),
             f"hydra.sweep.subdir=trial_{trial.number}",
         ]
+        if len(s.objectives) == 1:  # the job prunes on what tracks the sweep's objective (sweep.trial)
+            extra += [render("++objective.metric", s.objectives[0].metric)]
+            extra += [render("++objective.direction", s.objectives[0].direction)]
         if "logger.group" not in arguments_keys:
             extra.append(render("++logger.group", s.study_name))
         if "logger.name" not in arguments_keys:
             extra.append(f"++logger.name=trial_{trial.number}")
         if s.keep_models == "none" and "output.save_model" not in arguments_keys:
             extra.append("++output.save_model=false")
+        if confirming:
+            tags = [*OmegaConf.to_container(self.config.logger.tags), "confirm"]
+            extra += [f"++seed={trial.user_attrs[confirm.SEED]}", render("++logger.tags", tags)]
         return [*space.overrides_for(trial.params), *extra]
 
     def _run_batch(
