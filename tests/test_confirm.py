@@ -102,3 +102,9 @@ def test_seed_statistics_edge_cases():
     assert seed_mean([]).n == 0
     assert math.isnan(welch_p([0.5], [0.4, 0.6]))  # one seed: nothing to test
     assert welch_p([0.5, 0.5], [0.5, 0.5]) == 1.0 and welch_p([0.5, 0.5], [0.6, 0.6]) == 0.0
+
+
+def test_a_multi_objective_study_has_no_ranking():
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.add_trial(optuna.trial.create_trial(params={"lr": 1e-5}, distributions=LR, values=[0.5, 40.0]))
+    assert confirm.rank(study) == [] and tied_with_best(study) == []

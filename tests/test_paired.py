@@ -59,3 +59,23 @@ def test_runs_on_other_items_get_no_verdict(tmp_path):
     rows = {row["run"]: row for row in _board([leader, other, no_items]).rows}
     assert rows["other"]["vs_#1"] is None and rows["w&b"]["vs_#1"] is None and rows["w&b"]["ci95"] is None
     assert rows["other"]["ci95"] == "[0.00, 0.16]"  # its own interval, from its own items
+
+
+def test_forest_plot_shows_the_leader_the_tied_and_the_rest(tmp_path):
+    from PIL import Image
+
+    from grpo_lab.compare import plots
+
+    strong = _run(tmp_path, "strong", [1] * 16 + [0] * 4)
+    close = _run(tmp_path, "close", [1] * 15 + [0] * 5)
+    weak = _run(tmp_path, "weak", [0] * 16 + [1] * 2 + [0] * 2)
+    (png,) = plots.forest(_board([weak, close, strong]), tmp_path)
+    assert png.name == "forest.png"
+    with Image.open(png) as image:
+        colors = {rgb for _, rgb in image.convert("RGB").getcolors(1 << 16)}
+    # matplotlib's tab:blue (leader), tab:orange (tied with it) and tab:gray (told apart from it)
+    assert {(31, 119, 180), (255, 127, 14), (127, 127, 127)} <= colors
+    # Runs without per-item results have no interval: no forest plot rather than an empty one.
+    (tmp_path / "bare").mkdir()
+    bare = RunRecord(name="bare", state="finished", objective=0.5, metrics={}, run_dir=tmp_path / "bare")
+    assert plots.forest(_board([bare]), tmp_path / "bare") == []

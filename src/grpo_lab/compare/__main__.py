@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         print(leaderboard.as_text(board))
         written = leaderboard.write_files(board, source.out_dir)
         if not args.no_plots:
-            written += plots.training_curves(board, source.out_dir)
+            written += plots.forest(board, source.out_dir) + plots.training_curves(board, source.out_dir)
             if source.kind == "study":
                 import optuna
 

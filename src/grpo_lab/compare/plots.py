@@ -1,4 +1,5 @@
-"""Pictures next to the leaderboard: training curves of every run on shared axes, and Optuna's plots."""
+"""Pictures next to the leaderboard: each run's objective with its 95% interval (forest plot), training curves of
+every run on shared axes, and Optuna's plots."""
 
 from __future__ import annotations
 
@@ -52,6 +53,34 @@ def training_curves(board: Board, out_dir: Path) -> list[Path]:
     if html is not None:
         written.append(html)
     return written
+
+
+def forest(board: Board, out_dir: Path) -> list[Path]:
+    """forest.png: one row per run, best first, its objective with the 95% interval; the leader and the runs
+    tied with it (`≈#1`: the paired test on the same items cannot tell them apart) stand out from the rest."""
+    rows = [r for r in board.rows if board.paired and r.get("ci_low") is not None and r["_run"].objective is not None]
+    if not rows:
+        return []
+    plt = _matplotlib()
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.35 * len(rows)))
+    for y, row in enumerate(rows):
+        verdict = row.get("vs_#1") or ""
+        color = "tab:blue" if verdict == "leader" else "tab:orange" if verdict.startswith("≈#1") else "tab:gray"
+        value, low, high = row["_run"].objective, row["ci_low"], row["ci_high"]
+        ax.errorbar(value, y, xerr=[[value - low], [high - value]], fmt="o", color=color, capsize=3)
+        ax.annotate(verdict, (high, y), xytext=(6, 0), textcoords="offset points", va="center", fontsize="small")
+    ax.set_yticks(range(len(rows)), [str(r["run"]) for r in rows], fontsize="small")
+    ax.invert_yaxis()  # the leader on top
+    ax.set_xlabel(f"{board.source.metrics[0]} (95% interval)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(
+        f"{board.source.label}: leader (blue), tied with it (orange), distinguishable (gray)", fontsize="small"
+    )
+    fig.tight_layout()
+    png = out_dir / "forest.png"
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return [png]
 
 
 def _curves_html(runs: list[tuple[str, Any]], path: Path, title: str) -> Path | None:

@@ -74,7 +74,10 @@ class ConfigResult:
 
 
 def rank(study: Any) -> list[ConfigResult]:
-    """The configs that have confirmation runs, best seed mean first; [] when the study has none."""
+    """The configs that have confirmation runs, best seed mean first; [] when the study has none (and for
+    several objectives, which are not confirmed)."""
+    if len(study.directions) > 1:
+        return []
     complete = _complete(study)
     values: dict[int, list[float]] = {}
     for t in complete:

@@ -42,9 +42,9 @@ def best_trials(study: Any) -> list[Any]:
 def tied_with_best(study: Any) -> list[int]:
     """The trials that cannot be told from the best one: statistically tied seed means after confirmation
     runs, else search trials with exactly the best value (a smoke sweep where every trial scored 0)."""
-    (best,) = best_trials(study) or [None]
-    if best is None or len(study.directions) > 1:
+    if len(study.directions) > 1 or not (best := best_trials(study)):
         return []
+    best = best[0]
     if ranked := confirm.rank(study):
         return [r.trial for r in ranked[1:] if r.tied]
     return [
