@@ -6,9 +6,11 @@
   paired proportions (1998, method 10) and the exact McNemar p-value (a two-sided binomial test on the
   items that changed). Only discordant items carry information: 7/32 -> 9/32 is nothing if it is two
   lucky flips.
-
 - :func:`seed_mean` and :func:`welch_p`: one config run with several seeds (a sweep's confirmation runs):
-  the mean with its t-interval, and Welch's two-sample t-test of two configs' seed values (scipy.stats).
+  the mean with its t-interval, and Welch's two-sample t-test of two configs' seed values.
+
+scipy.stats computes the intervals and tests; only Newcombe's paired interval, which scipy lacks, is
+written here (from the Wilson limits of each margin).
 """
 
 from __future__ import annotations
@@ -22,26 +24,25 @@ ALPHA = 0.05  # p below this: a difference, at the 95% level the intervals use
 
 
 def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval for a proportion; (nan, nan) for n = 0."""
+    """The Wilson score interval for a proportion (scipy.stats.binomtest); (nan, nan) for n = 0."""
     if n <= 0:
         return (math.nan, math.nan)
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    low = 0.0 if successes <= 0 else max(0.0, centre - half)  # exact at the ends, not 1e-17 off
-    high = 1.0 if successes >= n else min(1.0, centre + half)
+    from scipy import stats
+
+    ci = stats.binomtest(successes, n).proportion_ci(confidence_level=1 - 2 * stats.norm.sf(z), method="wilson")
+    low = 0.0 if successes <= 0 else max(0.0, float(ci.low))  # exact at the ends, not 1e-17 off
+    high = 1.0 if successes >= n else min(1.0, float(ci.high))
     return (low, high)
 
 
 def mcnemar_exact(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value: b items went 1 -> 0, c went 0 -> 1; under no change each is a coin flip."""
-    n = b + c
-    if n == 0:
+    """Two-sided exact McNemar p-value: b items went 1 -> 0, c went 0 -> 1; under no change each is a coin flip
+    (a two-sided binomial test of b among the b + c changed items, scipy.stats.binomtest)."""
+    if b + c == 0:
         return 1.0
-    k = min(b, c)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2 * tail)
+    from scipy import stats
+
+    return float(stats.binomtest(b, b + c, 0.5).pvalue)
 
 
 @dataclass(frozen=True)
