@@ -8,3 +8,8 @@ def explode(completions, **kwargs):
 def nan_reward(completions, **kwargs):
     """NaN for every completion: the per-reward mean TRL logs is then NaN."""
     return [float("nan")] * len(completions)
+
+
+def inf_reward(completions, **kwargs):
+    """inf for every completion: GRPO's advantages (reward - mean) / std and then the loss become NaN."""
+    return [float("inf")] * len(completions)

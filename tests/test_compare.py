@@ -136,15 +136,22 @@ def _run(**series: list[float]) -> RunRecord:
     return RunRecord(name="r", state="finished", objective=None, history=history)
 
 
-def test_health_flags():
+def test_health_flags_replay_the_live_rules_for_old_runs_and_read_recorded_events():
     healthy = _run(
+        reward=[0.4, 0.5, 0.5, 0.6],
         reward_std=[0.5, 0.4, 0.45, 0.5],
         kl=[0.0, 0.05, 0.1, 0.1, 0.12, 0.11],
         **{"completions/mean_length": [40, 42, 38, 41]},
         loss=[0.1, 0.2, 0.1],
     )
     assert health(healthy) == []
-    assert "no-signal" in health(_run(reward_std=[0.3, 0.0, 0.0, 0.0]))
-    assert "kl-growing" in health(_run(kl=[0.01, 0.02, 0.05, 0.1, 0.8, 1.5, 3.0, 6.0]))
-    assert "length-jump" in health(_run(**{"completions/mean_length": [40, 41, 120, 125]}))
-    assert "nan-loss" in health(_run(loss=[0.1, math.nan]))
+    assert health(_run(reward=[0.2, 0.0, 0.0, 0.0], reward_std=[0.3, 0.0, 0.0, 0.0])) == ["no-signal"]
+    assert health(_run(kl=[0.01, 0.02, 0.05, 0.1, 0.8, 1.5, 3.0, 6.0])) == ["kl-high"]
+    assert health(_run(**{"completions/mean_length": [40, 41, 40, 150]})) == ["length-jump"]
+    assert health(_run(loss=[0.1, math.nan])) == ["nan"]
+    # A run recorded with events: those, not a second opinion computed here (one owner of the rules).
+    recorded = _run(loss=[0.1, math.nan])
+    recorded.health = [{"rule": "kl", "step": 3, "action": "warn", "message": "m", "values": {}}]
+    assert health(recorded) == ["kl-high"]
+    recorded.health = []
+    assert health(recorded) == []

@@ -170,6 +170,25 @@ class LauncherConfig(_Schema):
     extra_args: list[str]
 
 
+Action = Literal["warn", "stop", "ignore"]
+
+
+class HealthConfig(_Schema):
+    """The live health rules (grpo_lab.health; conf/health/default.yaml says what each one means)."""
+
+    patience: PositiveInt
+    nonfinite: Action
+    kl: Action
+    kl_max: float = Field(gt=0)
+    no_signal: Action
+    reward_std_min: float = Field(ge=0)
+    frac_zero_std_max: float = Field(ge=0, le=1)
+    length: Action
+    length_ratio: float = Field(gt=1)
+    clipped: Action
+    clipped_max: float = Field(gt=0, le=1)
+
+
 class OutputConfig(_Schema):
     save_model: bool
 
@@ -201,6 +220,7 @@ class RunConfig(_Schema):
     objective: ObjectiveConfig
     logger: LoggerConfig
     launcher: LauncherConfig
+    health: HealthConfig
     output: OutputConfig
     trial: TrialConfig | None
     # A run folder to continue from its last trainer/checkpoint-* (see conf/config.yaml).
@@ -365,7 +385,12 @@ _EXPECTED = {
     "model_type": "a mapping",
     "model_attributes_type": "a mapping",
 }
-_BOUNDS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="), "less_than": ("lt", "<")}
+_BOUNDS = {
+    "greater_than": ("gt", ">"),
+    "greater_than_equal": ("ge", ">="),
+    "less_than": ("lt", "<"),
+    "less_than_equal": ("le", "<="),
+}
 
 
 def _message(error: Any, where: _Where) -> str:

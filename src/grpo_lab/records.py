@@ -226,7 +226,7 @@ def restart_jsonl(path: Path, upto: int | None) -> list[dict[str, Any]]:
 class RunResult:
     """How a job ended; metrics.json holds it (see :func:`write_metrics` and :func:`read_result`)."""
 
-    status: str  # finished | failed | pruned | interrupted
+    status: str  # finished | failed | pruned | interrupted | diverged | stopped (a health rule)
     objective: float
     objective_metric: str
     metrics: dict[str, float]
@@ -236,6 +236,7 @@ class RunResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     durations: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    health: list[dict[str, Any]] = field(default_factory=list)  # grpo_lab.health events, in order
 
 
 def write_summary(run_dir: Path, text: str) -> Path:
@@ -255,6 +256,8 @@ def write_metrics(result: RunResult, **extra: Any) -> None:
             "metrics": result.metrics,
             "durations_s": result.durations,
             "wandb": vars(result.tracker),
+            # The health events (rule, step, action, message, values); [] = watched, nothing fired.
+            "health": result.health,
             **extra,
         },
     )
@@ -301,6 +304,7 @@ def read_result(run_dir: Path) -> RunResult | None:
         tracker=TrackerInfo(**(data.get("wandb") or {"mode": "disabled"})),
         durations=data.get("durations_s") or {},
         error=data.get("error") or data.get("pruned"),
+        health=data.get("health") or [],
     )
 
 

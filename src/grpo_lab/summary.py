@@ -51,6 +51,13 @@ def _change(m: dict[str, Any], name: str) -> list[str]:
     ]
 
 
+def _health(events: list[dict[str, Any]]) -> list[str]:
+    """One line per health event (grpo_lab.health), or that nothing fired."""
+    if not events:
+        return ["  health       ok (no health rule fired)"]
+    return [f"  {'health' if i == 0 else '':<12} {e['action']}: {e['message']}" for i, e in enumerate(events)]
+
+
 def format_trial(result: Any, number: int, summary_file: Any) -> str:
     """One line per sweep trial (its full summary is in the trial folder): the sweep's table comes last."""
     m = result.metrics
@@ -78,6 +85,7 @@ def format_run(result: Any) -> str:
         f"  format       {_with_ci(m, 'eval_before', 'format')} -> {_with_ci(m, 'eval_after', 'format')} (strict tags)",
         *_change(m, "format"),
         f"  objective    {result.objective_metric} = {_num(result.objective, 4)}",
+        *_health(result.health),
         f"  time         {_num(result.durations.get('total'), 1)} s (train {_num(result.durations.get('train'), 1)} s)",
         f"  run folder   {result.run_dir}",
     ]

@@ -181,6 +181,11 @@ class Tracker:
         if self._run is not None:
             self._guard(lambda: self._run.summary.update(redact(values)))
 
+    def alert(self, title: str, text: str) -> None:
+        """A W&B alert (email / Slack, as the user set them up); online runs only: offline there is no one to tell."""
+        if self._run is not None and self.mode == "online":
+            self._guard(lambda: self._run.alert(title=redact(title), text=redact(text)))
+
     def add_tags(self, *tags: str) -> None:
         if self._run is not None:
             self._guard(lambda: setattr(self._run, "tags", (*self._run.tags, *tags)))

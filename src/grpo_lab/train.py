@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from grpo_lab import data as data_mod
-from grpo_lab import interrupts, models, records
+from grpo_lab import health, interrupts, models, records
 from grpo_lab.config import RunConfig, to_grpo_config
 from grpo_lab.errors import GrpoLabError
 from grpo_lab.evaluate import EvalResult, change_metrics, evaluate
@@ -36,6 +36,10 @@ log = logging.getLogger("grpo_lab")
 
 # Logged steps averaged for the reward at the start and at the end of a run: single steps are noisy.
 _REWARD_WINDOW = 5
+
+
+class TrainingHalted(GrpoLabError, RuntimeError):
+    """A health rule with action `stop` ended training (grpo_lab.health): its message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,12 @@ def _quiet_progress_bar() -> Any:
     class MetricsProgressBar(ProgressCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if state.is_world_process_zero and self.training_bar is not None and logs:
-                shown = {short: f"{logs[key]:.3g}" for key, short in _BAR_KEYS.items() if key in logs}
+                # Only numbers: TRL logs None for a statistic it could not compute (e.g. reward_std of inf rewards).
+                shown = {
+                    short: f"{logs[key]:.3g}"
+                    for key, short in _BAR_KEYS.items()
+                    if isinstance(logs.get(key), int | float) and not isinstance(logs.get(key), bool)
+                }
                 if shown:
                     self.training_bar.set_postfix(shown, refresh=False)
 
@@ -117,17 +126,21 @@ def _quiet_progress_bar() -> Any:
 
 
 def _monitor_callback(cfg: RunConfig, recorder: Recorder, eval_set: Any, reporter: Any) -> Any:
-    """Periodic held-out evaluation (`eval.every_n_steps`) and Optuna pruning, as one TrainerCallback;
-    its `stopped` says whether the pruner stopped training.
+    """Periodic held-out evaluation (`eval.every_n_steps`), Optuna pruning and the health rules, as one
+    TrainerCallback; its `stopped` says whether the pruner stopped training, its `halted` which health
+    event did (as a dict), if any.
 
-    Only the main process evaluates and talks to Optuna; its decision to stop is broadcast at every log,
-    so that all processes stop at the same step.
+    Only the main process evaluates, watches the health rules and talks to Optuna; its decisions to stop
+    are broadcast at every log, so that all processes stop at the same step.
     """
     from transformers import TrainerCallback
+
+    watch = health.Monitor(cfg.health) if recorder.main else None
 
     class TrainingMonitor(TrainerCallback):
         pending = False  # the main process's decision, until the next log shares it
         stopped = False  # every process: training stopped on the pruner's word
+        halted: dict[str, Any] | None = None  # every process: the health event that stopped training
 
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
             every = cfg.eval.every_n_steps
@@ -141,14 +154,21 @@ def _monitor_callback(cfg: RunConfig, recorder: Recorder, eval_set: Any, reporte
                 self.pending = True
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            decision = self.pending
-            if reporter is not None and logs and "reward" in logs:
+            decision, halt = self.pending, None
+            if watch is not None and logs and ("reward" in logs or "loss" in logs):
+                for event in watch.observe(state.global_step, logs):
+                    recorder.health_event(event)
+                halt = watch.stop.as_dict() if watch.stop is not None else None
+            if reporter is not None and logs and "reward" in logs and halt is None:
                 decision = reporter.observe_log(state.global_step, logs) or decision
             if args.world_size > 1:  # every process logs at the same steps, so all of them meet here
                 from accelerate.utils import broadcast_object_list
 
-                decision = broadcast_object_list([decision], from_process=0)[0]
-            if decision:
+                decision, halt = broadcast_object_list([decision, halt], from_process=0)
+            if halt is not None:
+                self.halted = halt
+                control.should_training_stop = True
+            elif decision:
                 self.stopped = True
                 control.should_training_stop = True
 
@@ -232,6 +252,7 @@ class Recorder:
         self.held_out: dict[str, EvalResult] = {}  # eval_before / eval_after, for the paired change
         self.extra: dict[str, Any] = {}  # more metrics.json keys: resumed_from, params
         self.trainer: Any = None  # for the step reached when interrupted
+        self.health: list[dict[str, Any]] = []  # grpo_lab.health events, as they fired
         self.closed = False
 
     def start(self) -> None:
@@ -289,6 +310,7 @@ class Recorder:
             tracker=job.tracker.info,
             history=self.rows,
             durations=self.durations,
+            health=self.health,
         )
 
     def _close(self, result: RunResult, summary: dict[str, Any], *, exit_code: int, **extra: Any) -> RunResult:
@@ -310,6 +332,27 @@ class Recorder:
         result = self.result("finished", self.metrics.get(metric, float("nan")))
         summary = {**result.metrics, "objective": result.objective, "status": "finished"}
         return self._close(result, summary, exit_code=0)
+
+    def health_event(self, event: health.Event) -> None:
+        """A health rule fired (main process): once to the console and, when online, as a W&B alert; into
+        metrics.json and the W&B summary when the run is closed."""
+        self.health.append(event.as_dict())
+        self.metrics[f"health/{event.rule}"] = float(event.step)
+        if event.action == "warn":  # a stop is reported once, by the error that ends the run
+            log.warning("Health (%s) at step %d: %s", event.flag, event.step, event.message)
+        self.job.tracker.alert(f"grpo_lab {self.job.ctx.run_name}: {event.flag} at step {event.step}", event.message)
+
+    def halted(self, event: dict[str, Any]) -> NoReturn:
+        """Training stopped on a health rule: record the run `diverged` (NaN/inf) or `stopped`, then raise."""
+        status = "diverged" if event["rule"] == "nonfinite" else "stopped"
+        message = (
+            f"Training {status} at step {event['step']} (health.{event['rule']}={event['action']}): {event['message']}"
+        )
+        if self.main:
+            self.job.tracker.add_tags(status)
+            self._close(self.result(status), {"status": status, "error": message}, exit_code=1, error=message)
+        self.closed = True
+        raise TrainingHalted(message)
 
     def pruned(self, reporter: Any) -> NoReturn:
         """Training stopped early on the pruner's word: record it, close W&B tagged `pruned`, and raise
@@ -378,8 +421,10 @@ def _train_and_evaluate(job: _Job, recorder: Recorder) -> RunResult:
     reporter = _start_tracking(job)
     model, tokenizer = _load_model(job, recorder)
     _evaluate_before(job, recorder, model, tokenizer)
-    trainer, pruned = _train(job, recorder, model, tokenizer, reporter)
-    if pruned:
+    trainer, monitor = _train(job, recorder, model, tokenizer, reporter)
+    if monitor.halted is not None:
+        recorder.halted(monitor.halted)
+    if monitor.stopped:
         if job.main:
             recorder.pruned(reporter)
         return recorder.result("pruned")
@@ -434,8 +479,8 @@ def _evaluate_before(job: _Job, recorder: Recorder, model: Any, tokenizer: Any) 
         job.tracker.log(dict(recorder.metrics))
 
 
-def _train(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, reporter: Any) -> tuple[Any, bool]:
-    """GRPOTrainer.train; returns the trainer and whether the pruner stopped it."""
+def _train(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, reporter: Any) -> tuple[Any, Any]:
+    """GRPOTrainer.train; returns the trainer and the monitor callback (did the pruner or a health rule stop it)."""
     from trl import GRPOTrainer
 
     recorder.restart_logs()
@@ -459,4 +504,4 @@ def _train(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, reporter: 
     with recorder.timed("train"):
         trainer.train(resume_from_checkpoint=resume_from)
     recorder.metrics |= training_metrics(recorder.rows)
-    return trainer, monitor.stopped
+    return trainer, monitor

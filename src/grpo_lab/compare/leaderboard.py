@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import io
-import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,6 @@ from grpo_lab.redact import redact
 
 # (column, metrics key in metrics.json / W&B summary, history key)
 TRAIN_COLUMNS = tuple((h.column, h.metric, h.key) for h in HEADLINES)
-_WINDOW = 3
 
 
 def vary(runs: list[RunRecord]) -> list[str]:
@@ -49,32 +47,14 @@ def _series(run: RunRecord, key: str) -> list[float]:
     return [float(r[key]) for r in run.history if isinstance(r.get(key), int | float)]
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else float("nan")
-
-
 def health(run: RunRecord) -> list[str]:
-    flags = []
-    std = _series(run, "reward_std")
-    if len(std) >= _WINDOW and max(abs(v) for v in std[-_WINDOW:]) < 1e-6:
-        flags.append("no-signal")
-    kl = _series(run, "kl")
-    if len(kl) >= 2 * _WINDOW:
-        mid = _mean(kl[len(kl) // 2 - 1 : len(kl) // 2 + 1])
-        end = _mean(kl[-_WINDOW:])
-        if end > 0.5 and end > 3 * max(mid, 1e-9):
-            flags.append("kl-growing")
-    length = _series(run, "completions/mean_length")
-    for before, after in itertools.pairwise(length):
-        if before > 0 and abs(after - before) / before > 0.5 and abs(after - before) >= 8:
-            flags.append("length-jump")
-            break
-    losses = [r.get(k) for r in run.history for k in ("loss", "grad_norm")]
-    if any(isinstance(v, float) and not math.isfinite(v) for v in losses) or any(
-        isinstance(v, str) and v.lower() in ("nan", "inf", "-inf") for v in losses
-    ):
-        flags.append("nan-loss")
-    return flags
+    """The run's health flags: its recorded events (grpo_lab.health, live during training), or, for a run
+    recorded before those existed (or one from W&B), the same rules replayed over its history."""
+    from grpo_lab import health as rules
+
+    if run.health is not None:
+        return list(dict.fromkeys(rules.FLAGS[e["rule"]] for e in run.health if e.get("rule") in rules.FLAGS))
+    return [event.flag for event in rules.replay(run.history)]
 
 
 @dataclass

@@ -37,6 +37,7 @@ class RunRecord:
     values: list[float] | None = None  # one per objective (Optuna studies)
     error: str | None = None
     params: dict[str, Any] = field(default_factory=dict)  # filled by `vary`
+    health: list[dict[str, Any]] | None = None  # the recorded health events; None: recorded before they were
 
 
 @dataclass
@@ -79,6 +80,7 @@ def read_run_dir(run_dir: Path) -> RunRecord:
         wandb=wandb.get("url") or wandb.get("run_path"),
         duration_s=_number((data.get("durations_s") or {}).get("total")),
         error=data.get("error") or damage,
+        health=data.get("health"),
     )
 
 

@@ -1,0 +1,130 @@
+"""Training health: each rule on log rows as TRL writes them, then a diverging run and sweep trial through the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from optuna.trial import TrialState
+
+from grpo_lab.config import HealthConfig
+from grpo_lab.health import Monitor, default_config, replay
+from wandb_files import find_runs, read_run
+
+from conftest import FAST, REPO, load_study, run_cli, write_sweep
+
+INF_REWARD = ["+reward.functions.inf._target_=failing_rewards.inf_reward", "+reward.weights.inf=1.0"]
+
+
+def rows(**series: list) -> list[dict]:
+    steps = max(len(v) for v in series.values())
+    return [{"step": i + 1, **{k: v[i] for k, v in series.items() if i < len(v)}} for i in range(steps)]
+
+
+def config(**changes) -> HealthConfig:
+    return default_config().model_copy(update=changes)
+
+
+def test_the_shipped_defaults():
+    cfg = default_config()
+    assert (cfg.nonfinite, cfg.kl, cfg.kl_max, cfg.patience) == ("stop", "warn", 0.1, 3)
+
+
+def test_nan_or_inf_acts_at_once_and_a_nan_of_one_reward_function_does_not():
+    (event,) = replay(rows(loss=[0.1, math.nan, math.nan]))
+    assert (event.rule, event.step, event.action, event.flag) == ("nonfinite", 2, "stop", "nan")
+    assert "loss = nan: the run has diverged" in event.message
+    (event,) = replay(rows(reward=[0.5, "inf"]))  # how history.jsonl stores an inf
+    assert event.values == {"reward": math.inf}
+    # TRL's "not applicable" NaN of one function: its own mean is NaN, the weighted reward stays finite.
+    assert replay(rows(reward=[0.5, 0.5], **{"rewards/extra/mean": [math.nan, math.nan]})) == []
+
+
+def test_kl_needs_patience_and_fires_once():
+    assert replay(rows(kl=[0.2, 0.2, 0.05, 0.2, 0.2])) == []  # never 3 logs in a row
+    events = replay(rows(kl=[0.05, 0.15, 0.2, 0.3, 0.4, 0.5]))
+    assert [(e.rule, e.step) for e in events] == [("kl", 4)]
+    assert "kl = 0.3 above health.kl_max = 0.1" in events[0].message and "raise `beta`" in events[0].message
+    assert replay(rows(kl=[0.2] * 6), config(kl="ignore")) == []
+
+
+def test_no_signal_names_the_likely_cause():
+    (zero,) = replay(rows(reward=[0.0] * 3, reward_std=[0.0] * 3, frac_reward_zero_std=[1.0] * 3))
+    assert zero.flag == "no-signal" and "every reward is 0" in zero.message and "data.num_shots" in zero.message
+    (same,) = replay(rows(reward=[0.7] * 3, reward_std=[0.2] * 3, frac_reward_zero_std=[0.95] * 3))
+    assert "every completion of a prompt scores the same" in same.message and "trainer.temperature" in same.message
+    assert replay(rows(reward=[0.7] * 3, reward_std=[0.2] * 3, frac_reward_zero_std=[0.5] * 3)) == []
+
+
+def test_length_jumps_and_collapses_against_the_rolling_median_and_clipping():
+    key = "completions/mean_length"
+    assert replay(rows(**{key: [40, 44, 60, 80, 100, 120, 150]})) == []  # gradual growth follows the median
+    (jump,) = replay(rows(**{key: [40, 41, 40, 150]}))
+    assert jump.step == 4 and "jumped to 150 tokens from a median of 40" in jump.message
+    (collapse,) = replay(rows(**{key: [40, 41, 40, 9]}))
+    assert "collapsed to 9 tokens" in collapse.message
+    (clipped,) = replay(rows(**{"completions/clipped_ratio": [0.95, 1.0, 1.0]}))
+    assert clipped.flag == "clipped" and "raise `trainer.max_completion_length`" in clipped.message.lower()
+
+
+def test_a_stop_rule_is_the_monitors_stop():
+    monitor = Monitor(config(kl="stop", patience=1))
+    assert monitor.observe(1, {"kl": 0.01}) == [] and monitor.stop is None
+    (event,) = monitor.observe(2, {"kl": 0.5})
+    assert monitor.stop is event and event.action == "stop"
+
+
+# ------------------------------------------------------------------------------------- through the CLI
+def test_a_run_whose_reward_turns_inf_stops_at_once_as_diverged(tmp_path, model_cache):
+    proc = run_cli(
+        [*FAST, "max_steps=6", *INF_REWARD], tmp_path, model_cache, timeout=300, PYTHONPATH=str(REPO / "tests")
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ERROR grpo_lab: Training diverged at step 1 (health.nonfinite=stop): reward = inf")
+    (metrics_file,) = (tmp_path / "outputs").rglob("metrics.json")
+    run_dir = metrics_file.parent
+    metrics = json.loads(metrics_file.read_text())
+    assert metrics["status"] == "diverged" and metrics["metrics"]["health/nonfinite"] == 1.0
+    assert [(e["rule"], e["step"], e["action"]) for e in metrics["health"]] == [("nonfinite", 1, "stop")]
+    assert len((run_dir / "history.jsonl").read_text().splitlines()) == 1  # stopped within one log step
+    (path,) = find_runs(run_dir)
+    run = read_run(path)
+    assert run.summary["status"] == "diverged" and "diverged" in run.tags
+    assert run.summary["health/nonfinite"] == 1.0
+
+
+def test_a_diverging_sweep_trial_fails_with_the_reason(tmp_path, model_cache):
+    args = write_sweep(
+        tmp_path / "conf",
+        "diverge",
+        """
+hydra:
+  sweeper:
+    study_name: diverge
+    n_trials: 1
+    max_failure_fraction: 1.0
+    objectives: [{metric: train/reward_end, direction: maximize}]
+    params:
+      reward.weights.inf: choice(1.0, 0.0)
+    enqueue: [{reward.weights.inf: 1.0}, {reward.weights.inf: 0.0}]
+""",
+    )
+    proc = run_cli(
+        ["-m", *args, *FAST, *INF_REWARD, "hydra/sweeper/pruner=none"],
+        tmp_path,
+        model_cache,
+        timeout=300,
+        PYTHONPATH=str(REPO / "tests"),
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    diverged, *_ = load_study(tmp_path, "diverge").trials
+    assert diverged.state == TrialState.FAIL
+    assert diverged.user_attrs["error"].startswith("TrainingHalted: Training diverged at step 1")
+
+
+@pytest.mark.parametrize("bad", ["health.kl=off", "health.kl_max=0", "health.patience=0"])
+def test_bad_health_settings_fail_before_training(bad, tmp_path, model_cache):
+    proc = run_cli([*FAST, bad], tmp_path, model_cache, timeout=60)
+    assert proc.returncode == 1 and f"`{bad.split('=')[0]}` must be" in proc.stderr
