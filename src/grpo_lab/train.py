@@ -319,7 +319,8 @@ class Recorder:
         periodic = {"eval_periodic": self.evals} if self.evals else {}
         records.write_metrics(result, **extra, **self.extra, **periodic)
         self.closed = True  # a failure to write it (a full disk) is recorded as failed, if it can be
-        self.job.tracker.summarize(summary)
+        # Every ending's W&B summary says which health rules fired, and when (a failed run's too).
+        self.job.tracker.summarize(summary | {f"health/{e['rule']}": e["step"] for e in self.health})
         self.job.tracker.finish(failed=exit_code != 0, exit_code=exit_code)
         return result
 
