@@ -128,3 +128,43 @@ hydra:
 def test_bad_health_settings_fail_before_training(bad, tmp_path, model_cache):
     proc = run_cli([*FAST, bad], tmp_path, model_cache, timeout=60)
     assert proc.returncode == 1 and f"`{bad.split('=')[0]}` must be" in proc.stderr
+
+
+# ------------------------------------------------------------------------------ rewards before training
+def check_rewards(args: list[str], cwd, cache):
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    return subprocess.run(
+        [sys.executable, "-m", "grpo_lab.check_rewards", *args],
+        cwd=cwd,
+        env=cli_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_check_rewards_sees_a_signal_and_its_absence(tmp_path, model_cache):
+    """The tiny model's length reward varies within every group; without it only the GSM8K rewards are left,
+    which a random model never earns: every reward 0, no signal, exit status 2."""
+    proc = check_rewards(["--prompts", "4", "experiment=smoke"], tmp_path, model_cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "4 prompts x 4 completions of the untrained model" in proc.stdout
+    (report,) = (tmp_path / "outputs" / "reward_checks").rglob("reward_check.json")
+    data = json.loads(report.read_text())
+    length = next(r for r in data["rewards"] if r["name"] == "length")
+    assert data["healthy"] and length["flat_groups"] == 0.0 and len(length["values"]) == 16
+    assert data["total"]["mean"] == pytest.approx(sum(length["values"]) / 16)  # weight 1, the others all 0
+    assert (report.parent / "reward_check.png").stat().st_size > 5000
+    flat = check_rewards(
+        ["--prompts", "4", "experiment=smoke", "~reward.functions.length", "~reward.weights.length"],
+        tmp_path,
+        model_cache,
+    )
+    assert flat.returncode == 2, flat.stderr[-3000:]
+    assert "no signal: every reward is 0" in flat.stdout and "data.num_shots=1" in flat.stdout
+    bad = check_rewards(["experiment=smoke", "lr=abc"], tmp_path, model_cache)
+    assert bad.returncode == 1 and "`lr` must be a number" in bad.stderr

@@ -62,8 +62,19 @@ def change_metrics(before: EvalResult, after: EvalResult) -> dict[str, float]:
     return out
 
 
-def generate_greedy(model: Any, tokenizer: Any, prompts: list[list[dict]], cfg: EvalConfig, desc: str) -> list[Any]:
-    """(completion text, completion token count) for each conversation, in batches, with a progress bar."""
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[dict]],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    desc: str,
+    sampling: dict[str, Any] | None = None,
+) -> list[Any]:
+    """(completion text, completion token count) for each conversation, in batches, with a progress bar:
+    greedy, or with `sampling` (generate()'s do_sample, temperature, num_return_sequences... : then each
+    prompt's completions follow one another)."""
     import torch
     from tqdm.auto import tqdm
 
@@ -71,15 +82,15 @@ def generate_greedy(model: Any, tokenizer: Any, prompts: list[list[dict]], cfg: 
     model.eval()
     outputs: list[tuple[str, int]] = []
     try:
-        for start in tqdm(range(0, len(prompts), cfg.batch_size), desc=desc, unit="batch"):
-            batch = prompts[start : start + cfg.batch_size]
+        for start in tqdm(range(0, len(prompts), batch_size), desc=desc, unit="batch"):
+            batch = prompts[start : start + batch_size]
             texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in batch]
             enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             with torch.no_grad():
                 out = model.generate(
                     **enc,
-                    max_new_tokens=cfg.max_new_tokens,
-                    do_sample=False,
+                    max_new_tokens=max_new_tokens,
+                    **(sampling or {"do_sample": False}),
                     pad_token_id=tokenizer.pad_token_id,
                     use_cache=True,
                 )
@@ -95,7 +106,9 @@ def generate_greedy(model: Any, tokenizer: Any, prompts: list[list[dict]], cfg: 
 def evaluate(model: Any, tokenizer: Any, dataset: Any, cfg: EvalConfig, desc: str) -> EvalResult:
     prompts = list(dataset["prompt"])
     answers = list(dataset["answer"])
-    generated = generate_greedy(model, tokenizer, prompts, cfg, desc)
+    generated = generate(
+        model, tokenizer, prompts, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, desc=desc
+    )
     texts = [text for text, _ in generated]
     correct = correctness(completions=texts, answer=answers)
     formatted = strict_format(completions=texts)

@@ -1,0 +1,71 @@
+"""`python -m grpo_lab.check_rewards [--prompts N] [the run's overrides]`: the rewards of the untrained model.
+
+Composes the run exactly as `python -m grpo_lab` would (same groups, overrides and validation), samples N
+training prompts (default 8) x num_generations completions and prints, per reward, its mean, std and the
+share of prompts whose completions all scored the same, then a verdict. The numbers (reward_check.json)
+and a histogram (reward_check.png) go into a run folder. Exit status: 0 healthy, 2 no learning signal,
+1 an error (see grpo_lab.reward_check).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from grpo_lab import config as config_mod
+from grpo_lab.cli import VERBOSE_ENV, _report, prepare_overrides
+from grpo_lab.paths import CONF_DIR, cache_dir
+
+log = logging.getLogger("grpo_lab")
+_PROMPTS = 8
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+def _task(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from grpo_lab import reward_check
+
+    try:  # inside the job: Hydra would add its own "Error executing job" line
+        run_cfg = config_mod.load(cfg)
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        result = reward_check.check(run_cfg, cache_dir(), prompts=_task.prompts)
+        written = reward_check.write(result, run_dir)
+    except Exception as e:
+        sys.exit(_report(e))
+    print(
+        f"\n== grpo_lab reward check: {result.prompts} prompts x {result.generations} completions of the untrained "
+        f"model, {result.seconds:.0f} s ==\n{reward_check.table(result)}\n\n{result.verdict}\n"
+        f"Written: {', '.join(str(p) for p in written)}",
+        flush=True,
+    )
+    if not result.healthy:
+        sys.exit(2)
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    _task.prompts = _PROMPTS
+    if "--prompts" in argv:
+        i = argv.index("--prompts")
+        _task.prompts = int(argv[i + 1])
+        del argv[i : i + 2]
+    verbose = "--verbose" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
+    argv = [a for a in argv if a != "--verbose"]
+    os.environ[VERBOSE_ENV] = "1" if verbose else "0"
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach _report: one line, as in `python -m grpo_lab`
+    try:
+        args, _ = prepare_overrides(argv)
+        sys.argv = [sys.argv[0], *args, "hydra.run.dir=outputs/reward_checks/${now:%Y-%m-%d}/${now:%H-%M-%S-%f}"]
+        _task()
+    except Exception as e:
+        sys.exit(_report(e))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""Check the rewards before training: does the untrained model give GRPO anything to learn from?
+
+GRPO learns only from the spread of rewards within a group of completions of one prompt: when every
+completion of a prompt scores the same (all 0, typically: the format is never produced), its advantages
+and gradient are zero, and a run burns its budget learning nothing. This samples the untrained model the
+way training will (N prompts x num_generations completions, the trainer's temperature and completion
+length), scores them with the configured rewards (the run's own data, model and reward code) and says
+whether the groups vary. `python -m grpo_lab.check_rewards [the run's overrides]` is its command.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from grpo_lab import data as data_mod
+from grpo_lab import models, records
+from grpo_lab.config import RunConfig
+from grpo_lab.evaluate import generate
+from grpo_lab.grpo_fields import trl_default
+from grpo_lab.rewards import build_rewards
+
+REPORT = "reward_check.json"
+PICTURE = "reward_check.png"
+# More than this fraction of groups without reward spread: no signal (the rule of thumb of GRPO recipes:
+# most groups must vary).
+_MAX_FLAT_GROUPS = 0.5
+
+
+@dataclass(frozen=True)
+class RewardStats:
+    name: str  # a reward's config name, or `total` (the weighted sum GRPO uses)
+    weight: float
+    mean: float
+    std: float
+    flat_groups: float  # the fraction of prompts whose completions all scored the same
+    values: list[float]  # one per completion (None, "not applicable", left out)
+
+
+@dataclass(frozen=True)
+class RewardCheck:
+    prompts: int
+    generations: int
+    rewards: list[RewardStats]
+    total: RewardStats
+    normalised_mean: float  # total mean / sum of |weights|
+    healthy: bool
+    verdict: str
+    seconds: float
+
+
+def _stats(name: str, weight: float, groups: list[list[float | None]]) -> RewardStats:
+    values = [v for g in groups for v in g if v is not None and math.isfinite(v)]
+    flat = [len({v for v in g if v is not None}) <= 1 for g in groups]
+    return RewardStats(
+        name=name,
+        weight=weight,
+        mean=statistics.fmean(values) if values else math.nan,
+        std=statistics.pstdev(values) if len(values) > 1 else 0.0,
+        flat_groups=sum(flat) / len(flat) if flat else math.nan,
+        values=values,
+    )
+
+
+def _verdict(total: RewardStats, normalised: float) -> tuple[bool, str]:
+    if total.flat_groups > _MAX_FLAT_GROUPS:
+        share = f"{100 * total.flat_groups:.0f}% of the prompts get the same total reward for all their completions"
+        if total.values and max(abs(v) for v in total.values) == 0:
+            return False, (
+                f"no signal: every reward is 0 ({share}), so the format is never produced. Add worked examples "
+                "(`data.num_shots=1`), raise `trainer.max_completion_length`, or use easier problems."
+            )
+        return False, (
+            f"no signal: {share}. Raise `trainer.temperature` or `num_generations`, or use rewards that grade "
+            "more finely."
+        )
+    # The recipes' other rule of thumb (a mean total of 0.3-0.7 of its range) needs each reward's range, which a
+    # user's reward does not declare: shown as information (total mean / sum of weights), not judged.
+    return True, (
+        f"healthy: the completions of {100 * (1 - total.flat_groups):.0f}% of the prompts score differently, so "
+        f"GRPO has a signal to learn from (mean total reward {normalised:.2f} of the weights' sum)."
+    )
+
+
+def check(cfg: RunConfig, cache_dir: Path, *, prompts: int, seed: int | None = None) -> RewardCheck:
+    """Sample `prompts` training prompts x num_generations completions from the untrained model and score them."""
+    from transformers import set_seed
+
+    started = time.monotonic()
+    set_seed(cfg.seed if seed is None else seed)
+    train = data_mod.load_datasets(cfg.data).train
+    rows = train.select(range(min(prompts, len(train))))
+    rewards = build_rewards(cfg.reward.functions)
+    model, tokenizer = models.load_model_and_tokenizer(cfg.model, cache_dir)
+
+    def value(name: str) -> object:  # the run's GRPOConfig value, else TRL's default
+        return cfg.trainer.get(name, trl_default(name))
+
+    g = cfg.num_generations
+    generated = generate(
+        model,
+        tokenizer,
+        list(rows["prompt"]),
+        max_new_tokens=value("max_completion_length"),
+        batch_size=max(1, cfg.eval.batch_size // g),
+        desc="sampling",
+        sampling={
+            "do_sample": True,
+            "temperature": value("temperature"),
+            "top_p": value("top_p"),
+            "top_k": value("top_k") or None,
+            "num_return_sequences": g,
+        },
+    )
+    columns = [c for c in rows.column_names if c != "prompt"]
+    per_reward: dict[str, list[list[float | None]]] = {r.__name__: [] for r in rewards}
+    for i, row in enumerate(rows):
+        completions = [[{"role": "assistant", "content": text}] for text, _ in generated[i * g : (i + 1) * g]]
+        extra = {c: [row[c]] * g for c in columns}
+        for reward in rewards:
+            per_reward[reward.__name__].append(reward(completions=completions, prompts=[row["prompt"]] * g, **extra))
+    weights = cfg.reward.weights
+    totals = [
+        [sum(weights[n] * (per_reward[n][i][j] or 0.0) for n in per_reward) for j in range(g)] for i in range(len(rows))
+    ]
+    stats = [_stats(n, weights[n], groups) for n, groups in per_reward.items()]
+    total = _stats("total", sum(weights.values()), totals)
+    scale = sum(abs(w) for w in weights.values()) or 1.0
+    normalised = total.mean / scale
+    healthy, verdict = _verdict(total, normalised)
+    return RewardCheck(len(rows), g, stats, total, normalised, healthy, verdict, time.monotonic() - started)
+
+
+def table(result: RewardCheck) -> str:
+    rows = [["reward", "weight", "mean", "std", "flat groups"]]
+    for s in [*result.rewards, result.total]:
+        rows.append([s.name, f"{s.weight:g}", f"{s.mean:.3f}", f"{s.std:.3f}", f"{100 * s.flat_groups:.0f}%"])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def write(result: RewardCheck, run_dir: Path) -> list[Path]:
+    """reward_check.json (the numbers, the verdict) and reward_check.png (a histogram per reward and the total)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    records.write_json(run_dir / REPORT, asdict(result))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [*result.rewards, result.total]
+    fig, axes = plt.subplots(1, len(shown), figsize=(3.2 * len(shown), 3), squeeze=False)
+    for ax, s in zip(axes[0], shown, strict=True):
+        ax.hist(s.values, bins=20, color="tab:orange" if s.name == "total" else "tab:blue")
+        ax.set_title(f"{s.name} (x{s.weight:g})" if s.name != "total" else "weighted total", fontsize="small")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"Rewards of the untrained model: {result.prompts} prompts x {result.generations} completions")
+    fig.tight_layout()
+    fig.savefig(run_dir / PICTURE, dpi=100)
+    plt.close(fig)
+    return [run_dir / REPORT, run_dir / PICTURE]
+
+
+__all__ = ["RewardCheck", "RewardStats", "check", "table", "write"]
