@@ -49,10 +49,12 @@ def cli_env(cache: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_cli(args: list[str], cwd: Path, cache: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
-    """`python -m grpo_lab ARGS` in `cwd` (so outputs/ lands there)."""
+def run_cli(
+    args: list[str], cwd: Path, cache: Path, timeout: float = 300, module: str = "grpo_lab", **env: str
+) -> subprocess.CompletedProcess:
+    """`python -m MODULE ARGS` in `cwd` (so outputs/ lands there): grpo_lab, grpo_lab.compare, .doctor..."""
     return subprocess.run(
-        [sys.executable, "-m", "grpo_lab", *args],
+        [sys.executable, "-m", module, *args],
         cwd=cwd,
         env=cli_env(cache, **env),
         capture_output=True,

@@ -6,7 +6,6 @@ import csv
 import json
 import math
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -17,18 +16,11 @@ from PIL import Image
 from grpo_lab.compare.leaderboard import health
 from grpo_lab.compare.sources import RunRecord
 
-from conftest import FAST, REPO, cli_env, run_cli
+from conftest import FAST, REPO, run_cli
 
 
 def compare(args: list[str], cwd: Path, cache: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "grpo_lab.compare", *args],
-        cwd=cwd,
-        env=cli_env(cache),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_cli(args, cwd, cache, module="grpo_lab.compare")
 
 
 @pytest.fixture(scope="module")

@@ -132,19 +132,7 @@ def test_bad_health_settings_fail_before_training(bad, tmp_path, model_cache):
 
 # ------------------------------------------------------------------------------ rewards before training
 def check_rewards(args: list[str], cwd, cache):
-    import subprocess
-    import sys
-
-    from conftest import cli_env
-
-    return subprocess.run(
-        [sys.executable, "-m", "grpo_lab.check_rewards", *args],
-        cwd=cwd,
-        env=cli_env(cache),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_cli(args, cwd, cache, module="grpo_lab.check_rewards")
 
 
 def test_check_rewards_sees_a_signal_and_its_absence(tmp_path, model_cache):

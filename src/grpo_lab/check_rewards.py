@@ -10,7 +10,6 @@ and a histogram (reward_check.png) go into a run folder. Exit status: 0 healthy,
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import hydra
 from omegaconf import DictConfig
 
 from grpo_lab import config as config_mod
-from grpo_lab.cli import VERBOSE_ENV, _report, prepare_overrides
+from grpo_lab.cli import _report, side_command
 from grpo_lab.paths import CONF_DIR, cache_dir
 
 log = logging.getLogger("grpo_lab")
@@ -55,16 +54,7 @@ def main() -> None:
         i = argv.index("--prompts")
         _task.prompts = int(argv[i + 1])
         del argv[i : i + 2]
-    verbose = "--verbose" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
-    argv = [a for a in argv if a != "--verbose"]
-    os.environ[VERBOSE_ENV] = "1" if verbose else "0"
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach _report: one line, as in `python -m grpo_lab`
-    try:
-        args, _ = prepare_overrides(argv)
-        sys.argv = [sys.argv[0], *args, "hydra.run.dir=outputs/reward_checks/${now:%Y-%m-%d}/${now:%H-%M-%S-%f}"]
-        _task()
-    except Exception as e:
-        sys.exit(_report(e))
+    side_command(_task, argv, "outputs/reward_checks/${now:%Y-%m-%d}/${now:%H-%M-%S-%f}")
 
 
 if __name__ == "__main__":

@@ -257,6 +257,20 @@ def main() -> None:
         sys.exit(_report(e))
 
 
+def side_command(task_fn: Any, argv: list[str], run_dir: str) -> None:
+    """Run a Hydra app other than training (check_rewards, doctor) on the run's own overrides, composed and
+    validated exactly as `python -m grpo_lab` would, with its folder at `run_dir` and errors in one line."""
+    verbose = "--verbose" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ[VERBOSE_ENV] = "1" if verbose else "0"
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach _report: one line, as in `python -m grpo_lab`
+    try:
+        args, _ = prepare_overrides([a for a in argv if a != "--verbose"])
+        sys.argv = [sys.argv[0], *args, f"hydra.run.dir={run_dir}"]
+        task_fn()
+    except Exception as e:
+        sys.exit(_report(e))
+
+
 def console_main() -> None:
     """The `grpo-lab` command: `python -m grpo_lab`, with the current directory importable as `-m` makes it
     (so that `_target_: my_rewards.fn` finds `./my_rewards.py`; user modules are imported only later, by

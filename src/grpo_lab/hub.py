@@ -45,10 +45,10 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     if proxy and not urllib.request.proxy_bypass(host):
         proxy_url = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
         host, port = proxy_url.hostname or host, proxy_url.port or 80
-    return _tcp_connects(host, port, timeout)
+    return tcp_connects(host, port, timeout)
 
 
-def _tcp_connects(host: str, port: int, timeout: float) -> bool:
+def tcp_connects(host: str, port: int, timeout: float) -> bool:
     # A thread bounds the DNS lookup too, which socket timeouts do not cover; a fast failure returns at once.
     done = threading.Event()
     connected: list[bool] = []

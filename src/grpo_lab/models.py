@@ -183,7 +183,7 @@ def check_available(source: ModelSource, timeout: float = 3.0) -> None:
     transformers retries for ~25 s before giving up without network; this takes at most ``timeout``.
     Other kinds are local and always pass.
     """
-    if source.kind != "hub" or _in_hf_cache(source.location):
+    if source.kind != "hub" or in_hf_cache(source.location):
         return
     if hub_offline("TRANSFORMERS_OFFLINE"):
         reason = "HF_HUB_OFFLINE is set and it is not in the local Hugging Face cache"
@@ -194,7 +194,7 @@ def check_available(source: ModelSource, timeout: float = 3.0) -> None:
     raise ModelError(f"Cannot reach the Hugging Face Hub to download {source.location} ({reason}). {OFFLINE_HINT}")
 
 
-def _in_hf_cache(repo_id: str) -> bool:
+def in_hf_cache(repo_id: str) -> bool:
     # huggingface_hub does not import torch; it returns a path (cached), None or a "cached as missing" marker.
     from huggingface_hub import try_to_load_from_cache
 
@@ -249,9 +249,33 @@ def load_model_and_tokenizer(
     return model, tokenizer
 
 
+def architecture(cfg: ModelConfig, cache_dir: Path | str) -> Any:
+    """The model's transformers config, read without loading its weights (the doctor's size estimates).
+
+    A packaged GGUF not yet converted is read from the GGUF's metadata; a Hub model needs its cache or the
+    Hub (ModelError otherwise, as when loading).
+    """
+    from transformers import AutoConfig
+
+    source = resolve_source(cfg.name_or_path)
+    models_dir = Path(cache_dir) / "models"
+    if source.kind == "builtin":
+        return AutoConfig.from_pretrained(_cached_build(models_dir / source.location, _BUILDERS[source.location]))
+    if source.cache_name is not None and (models_dir / source.cache_name / "config.json").is_file():
+        return AutoConfig.from_pretrained(models_dir / source.cache_name)
+    if source.kind in ("package", "local"):
+        return AutoConfig.from_pretrained(
+            source.location, gguf_file=source.gguf_file, trust_remote_code=cfg.trust_remote_code
+        )
+    check_available(source)
+    return AutoConfig.from_pretrained(
+        source.location, trust_remote_code=cfg.trust_remote_code, local_files_only=_use_cache_only(source.location)
+    )
+
+
 def _use_cache_only(repo_id: str) -> bool:
     # A cached model with no network: skip the Hub's retries (tens of seconds) and load from the cache.
-    return _in_hf_cache(repo_id) and (hub_offline("TRANSFORMERS_OFFLINE") or not hub_reachable(3.0))
+    return in_hf_cache(repo_id) and (hub_offline("TRANSFORMERS_OFFLINE") or not hub_reachable(3.0))
 
 
 def _torch_dtype(name: str) -> torch.dtype | str:

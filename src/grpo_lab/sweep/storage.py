@@ -43,6 +43,34 @@ def lock_path(url: str) -> Path | None:
     return Path(str(sqlite) + ".grpo_lab-claim") if sqlite is not None else None
 
 
+def storage_file(url: str) -> Path | None:
+    """The file behind a SQLite or journal storage (None for server databases)."""
+    if url.startswith(JOURNAL_PREFIX):
+        return Path(url.removeprefix(JOURNAL_PREFIX))
+    return _sqlite_path(url)
+
+
+def study_sizes(url: str, timeout: int = 5) -> dict[str, int]:
+    """Each study's number of trials; read-only (a database without Optuna's tables is left without them)."""
+    import optuna
+
+    if not url.startswith(JOURNAL_PREFIX):
+        import sqlalchemy
+
+        kwargs = _engine_kwargs(url)
+        if url.startswith("postgresql"):
+            kwargs["connect_args"] = {"connect_timeout": timeout}
+        engine = sqlalchemy.create_engine(url, **kwargs)
+        try:
+            with engine.connect() as conn:
+                if not sqlalchemy.inspect(conn).has_table("studies"):
+                    return {}
+        finally:
+            engine.dispose()
+    summaries = optuna.get_all_study_summaries(open_storage(url), include_best_trial=False)
+    return {s.study_name: s.n_trials for s in summaries}
+
+
 def _engine_kwargs(url: str) -> dict[str, Any]:
     # SQLite lets one writer in at a time; Python's 5 s busy timeout is too short when several workers
     # and their heartbeats share a file on a loaded machine ("database is locked" would fail a trial).

@@ -1,0 +1,246 @@
+"""Can this machine run this config? Versions, GPUs, memory, disk, W&B, the Hub and a sweep's storage.
+
+`python -m grpo_lab.doctor [--json] [the run's overrides]` composes the run exactly as `python -m grpo_lab`
+would, checks it without loading any weights, prints one row per check and exits 1 when a row is a
+blocker (`fail`). Each check's rules live in environment.py (what the machine has), footprint.py (what the
+run will take) and here (what the config asks for).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from grpo_lab import config as config_mod
+from grpo_lab.doctor import environment, footprint
+from grpo_lab.doctor.checks import Check
+from grpo_lab.errors import describe, one_line
+from grpo_lab.redact import redact
+
+__all__ = ["Check", "collect", "render", "to_json"]
+
+_TIMEOUT = 2.0  # seconds for each network probe
+_PROMPT_SAMPLE = 64  # prompts measured for the prompt-length estimate
+_CHARS_PER_TOKEN = 4  # a BPE rule of thumb for English text; the estimate says "≈"
+_TEMPLATE_TOKENS = 8  # chat-template tokens per message
+
+
+def collect(cfg: Any, *, sweeper: Any, cache_dir: Path) -> list[Check]:
+    """Every check, for a composed Hydra config `cfg` and its `hydra.sweeper` node."""
+    from grpo_lab import tracking
+
+    rows = [environment.python_row(), *environment.version_checks()]
+    run, args, problem = _validated(cfg)
+    rows.append(Check("config", "fail", problem) if run is None else Check("config", "ok", _describe_run(run)))
+    build, gpus = environment.detect()
+    rows += environment.accelerator_checks(
+        build, gpus, wants_bf16=bool(args and args.bf16), wants_fp16=bool(args and args.fp16)
+    )
+    if run is not None:
+        rows += environment.hub_checks(_hub_repos(run), timeout=_TIMEOUT)
+        rows += _run_checks(run, args, gpus, cache_dir)
+        rows += environment.wandb_checks(tracking.choose_mode(run.logger), tracking.wandb_logged_in(), timeout=_TIMEOUT)
+    if sweeper is not None and "storage" in sweeper:
+        rows.append(storage_check(sweeper.storage, sweeper.get("study_name")))
+    return rows
+
+
+def _validated(cfg: Any) -> tuple[Any, Any, str]:
+    """(RunConfig, TRL's GRPOConfig, "") or (None, None, the problem) when the run would be refused."""
+    from grpo_lab import trl_checks
+
+    try:
+        run = config_mod.load(cfg)
+        trl_checks.check(run, num_processes=run.launcher.num_processes)
+        with tempfile.TemporaryDirectory() as tmp:
+            args = config_mod.to_grpo_config(run, output_dir=tmp, report_to=[], run_name=None)
+    except Exception as e:
+        line = describe(e)
+        if line is None:
+            raise
+        return None, None, line
+    return run, args, ""
+
+
+def _describe_run(run: Any) -> str:
+    return (
+        f"{run.name}: {run.model.name_or_path} on {run.data.kind}, {run.max_steps} steps, "
+        f"{run.num_generations} completions per prompt, {run.launcher.num_processes} process(es)"
+    )
+
+
+def _hub_repos(run: Any) -> list[tuple[str, str, bool]]:
+    from grpo_lab import models
+
+    repos = []
+    source = models.resolve_source(run.model.name_or_path)
+    if source.kind == "hub":
+        repos.append(("model", source.location, models.in_hf_cache(source.location)))
+    if run.data.kind == "gsm8k" and run.data.path is None:
+        repos.append(("data", run.data.hub_id, _dataset_cached(run.data.hub_id)))
+    return repos
+
+
+def _dataset_cached(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "README.md", repo_type="dataset"), str)
+    except ValueError:
+        return False
+
+
+# --------------------------------------------------------------------------------- data, memory, disk
+def _run_checks(run: Any, args: Any, gpus: list[environment.Gpu], cache_dir: Path) -> list[Check]:
+    data_row, prompt_tokens = _data_check(run)
+    rows = [data_row]
+    try:
+        from grpo_lab import models
+
+        shape = footprint.model_shape(
+            models.architecture(run.model, cache_dir), dtype=run.model.dtype, lora=run.model.lora
+        )
+    except Exception as e:
+        reason = describe(e) or f"{type(e).__name__}: {one_line(e)}"
+        return [*rows, Check("memory", "warn", f"not estimated: the model's config cannot be read ({reason})")]
+    trained = "LoRA adapter" if run.model.lora.enabled else "all weights"
+    rows.append(
+        Check(
+            "model", "info", f"{shape.params / 1e6:,.1f}M parameters, {trained} trained ({shape.trainable / 1e6:,.2f}M)"
+        )
+    )
+    rows.append(_memory_check(run, args, shape, prompt_tokens, gpus))
+    rows.append(_disk_check(run, args, shape, cache_dir))
+    return rows
+
+
+def _data_check(run: Any) -> tuple[Check, int]:
+    from grpo_lab import data as data_mod
+
+    try:
+        pair = data_mod.load_datasets(run.data)
+    except Exception as e:
+        reason = describe(e) or f"{type(e).__name__}: {one_line(e)}"
+        return Check("data", "fail", reason), 256
+    prompts = pair.train.select(range(min(_PROMPT_SAMPLE, len(pair.train))))["prompt"]
+    tokens = max(sum(len(m["content"]) for m in p) // _CHARS_PER_TOKEN + _TEMPLATE_TOKENS * len(p) for p in prompts)
+    detail = f"{len(pair.train):,} training and {len(pair.eval):,} held-out prompts; longest prompt ≈{tokens} tokens"
+    return Check("data", "ok", detail), tokens
+
+
+def _memory_check(run: Any, args: Any, shape: footprint.Shape, prompt_tokens: int, gpus: list[Any]) -> Check:
+    batch = footprint.Batch(
+        generation=args.generation_batch_size or args.per_device_train_batch_size * (args.steps_per_generation or 1),
+        train=args.per_device_train_batch_size,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=args.max_completion_length,
+        activation_bytes=2 if (args.bf16 or args.fp16) else shape.param_bytes,
+        gradient_checkpointing=bool(args.gradient_checkpointing),
+        reference_model=run.beta > 0 and not run.model.lora.enabled,
+        optimizer_state_bytes=footprint.optimizer_state_bytes(str(args.optim), shape.param_bytes),
+    )
+    parts = footprint.memory(shape, batch)
+    need = sum(parts.values())
+    shown = ", ".join(f"{k} {footprint.size(v)}" for k, v in parts.items() if v)
+    procs = run.launcher.num_processes
+    if gpus:
+        free, where = min(g.free_bytes for g in gpus), f"free on the fullest GPU ({len(gpus)} visible), per process"
+        if procs > len(gpus):
+            return Check(
+                "memory", "fail", f"launcher.num_processes={procs} but {len(gpus)} GPU(s) visible", "fewer processes"
+            )
+    else:
+        import psutil
+
+        free, need, where = (
+            psutil.virtual_memory().available,
+            need * procs,
+            f"host memory available, {procs} process(es)",
+        )
+    detail = f"needs ≈{footprint.size(need)} of {footprint.size(free)} {where} ({shown}; an estimate)"
+    fix = "lower trainer.per_device_train_batch_size or max_completion_length, or model.lora.enabled=true"
+    if need > free:
+        return Check("memory", "fail", detail, fix)
+    return Check("memory", "warn" if need > 0.8 * free else "ok", detail, fix if need > 0.8 * free else "")
+
+
+def _disk_check(run: Any, args: Any, shape: footprint.Shape, cache_dir: Path) -> Check:
+    from grpo_lab import models
+
+    source = models.resolve_source(run.model.name_or_path)
+    converted = source.cache_name is not None and (cache_dir / "models" / source.cache_name).is_dir()
+    parts = footprint.disk(
+        shape,
+        download=source.kind == "hub" and not models.in_hf_cache(source.location),
+        convert=source.kind == "package" and not converted,
+        save_model=run.output.save_model,
+        checkpoints=footprint.checkpoints_kept(args, run.max_steps),
+    )
+    need = sum(parts.values())
+    free = shutil.disk_usage(_existing(Path("outputs"))).free
+    shown = ", ".join(f"{k} {footprint.size(v)}" for k, v in parts.items() if v) or "nothing large"
+    detail = f"needs ≈{footprint.size(need)} of {footprint.size(free)} free ({shown})"
+    fix = "free some disk, set GRPO_LAB_CACHE elsewhere, or keep fewer checkpoints (trainer.save_total_limit)"
+    if need > free:
+        return Check("disk", "fail", detail, fix)
+    return Check("disk", "warn" if need > 0.8 * free else "ok", detail, fix if need > 0.8 * free else "")
+
+
+def _existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+# ----------------------------------------------------------------------------------- Optuna storage
+def storage_check(url: str | None, study_name: str | None) -> Check:
+    """Can the sweep's storage be opened, and what does it hold? Opens nothing that does not exist yet."""
+    from grpo_lab.sweep import storage as st
+    from hydra_plugins.grpo_lab_sweeper.sweeper import DEFAULT_STORAGE
+
+    url = url or DEFAULT_STORAGE
+    shown = redact(url)
+    file = st.storage_file(url)
+    if file is not None and not file.exists():
+        folder = _existing(file.parent)
+        if folder.is_dir() and os.access(folder, os.W_OK):
+            return Check("Optuna storage", "ok", f"{shown}: new, will be created by the first sweep")
+        why = "is not writable" if folder.is_dir() else "is a file, not a folder"
+        return Check("Optuna storage", "fail", f"{shown}: {folder} {why}", "hydra.sweeper.storage=<a writable path>")
+    try:
+        studies = st.study_sizes(url)
+    except Exception as e:
+        reason = describe(e) or f"{type(e).__name__}: {one_line(e)}"
+        return Check(
+            "Optuna storage",
+            "fail",
+            f"{shown} cannot be opened: {redact(reason)}",
+            "check the URL, the server and the password",
+        )
+    mine = f"; study {study_name!r} has {studies[study_name]} trials" if study_name in studies else ""
+    return Check("Optuna storage", "ok", f"{shown}: {len(studies)} stud{'y' if len(studies) == 1 else 'ies'}{mine}")
+
+
+# --------------------------------------------------------------------------------------------- output
+_MARK = {"ok": "ok", "info": "info", "warn": "WARN", "fail": "FAIL"}
+
+
+def render(rows: list[Check]) -> str:
+    width = max(len(r.name) for r in rows)
+    lines = [f"{r.name:<{width}}  {_MARK[r.status]:<4}  {r.detail}" for r in rows]
+    fixes = [f"  {r.name}: {r.fix}" for r in rows if r.fix and r.status in ("warn", "fail")]
+    if fixes:
+        lines += ["", "To fix:", *fixes]
+    blockers = [r.name for r in rows if r.status == "fail"]
+    lines += ["", f"{len(blockers)} blocker(s): {', '.join(blockers)}" if blockers else "No blockers."]
+    return "\n".join(lines)
+
+
+def to_json(rows: list[Check]) -> str:
+    blockers = [r.name for r in rows if r.status == "fail"]
+    return json.dumps({"checks": [r.__dict__ for r in rows], "blockers": blockers, "ok": not blockers}, indent=2)
