@@ -90,6 +90,8 @@ def test_readme_names_the_commands_it_promises():
         "make test",
         "python -m grpo_lab experiment=smoke",
         "python -m grpo_lab -m experiment=smoke lr=1e-5,2e-5",
+        "python -m grpo_lab.check_rewards",
+        "python -m grpo_lab.doctor",
     ):
         assert command in readme, command
 
