@@ -16,7 +16,6 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_lab import config as config_mod
 from grpo_lab import interrupts
 from grpo_lab import overrides as ov
 from grpo_lab.errors import describe
@@ -143,6 +142,8 @@ def task(cfg: DictConfig) -> float:
     """One Hydra job: validate, train, summarise; returns the objective."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
+
+    from grpo_lab import config as config_mod  # here, not at the top: `--cfg job` and `--help` never need it
 
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:

@@ -1,0 +1,121 @@
+"""Shared by the benchmarks: time whole processes A B A B, summarise, and write results/<name>.json.
+
+Each command runs as a child process; `os.wait4` gives its own CPU time and peak RSS, so the numbers are
+the command's, not this script's. The order alternates within each pair (A B, then B A) so that a slow
+drift of the machine (another job, thermal) falls on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+
+
+@dataclass(frozen=True)
+class Sample:
+    wall_s: float
+    cpu_s: float
+    peak_rss_mib: float
+    returncode: int
+
+
+def measure(cmd: list[str], *, env: dict[str, str], cwd: Path, expect: int = 0) -> Sample:
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    code = os.waitstatus_to_exitcode(status)
+    if code != expect:
+        raise SystemExit(f"{' '.join(cmd)} exited {code}, expected {expect}:\n{err[-3000:]}")
+    # ru_maxrss is in KiB on Linux
+    return Sample(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, code)
+
+
+def alternate(a, b, pairs: int, warmup: int = 1) -> tuple[list[Sample], list[Sample]]:
+    """Run the zero-argument callables `a` and `b` as A B / B A pairs after `warmup` runs of each."""
+    for _ in range(warmup):
+        a(), b()
+    xs, ys = [], []
+    for i in range(pairs):
+        if i % 2 == 0:
+            xs.append(a()), ys.append(b())
+        else:
+            ys.append(b()), xs.append(a())
+        print(f"  pair {i + 1}/{pairs}: {xs[-1].wall_s:.2f} s vs {ys[-1].wall_s:.2f} s", file=sys.stderr, flush=True)
+    return xs, ys
+
+
+def summary(name: str, ours: list[Sample], base: list[Sample], baseline: str) -> dict:
+    def stats(samples: list[Sample], key: str) -> dict:
+        values = [getattr(s, key) for s in samples]
+        return {"min": min(values), "median": statistics.median(values), "max": max(values), "raw": values}
+
+    row = {"case": name, "baseline": baseline, "pairs": len(ours)}
+    for key in ("wall_s", "cpu_s", "peak_rss_mib"):
+        row[key] = {"grpo_lab": stats(ours, key), "baseline": stats(base, key)}
+        # the median of the per-pair ratios: each pair ran back to back, under the same conditions
+        row[key]["ratio_median"] = statistics.median(
+            getattr(x, key) / getattr(y, key) for x, y in zip(ours, base, strict=True)
+        )
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        f"{'case':<24} {'metric':<15} {'grpo_lab min/median/max':<26} {'baseline min/median/max':<26} ratio",
+    ]
+    for r in rows:
+        for key, label in (("wall_s", "wall (s)"), ("cpu_s", "CPU (s)"), ("peak_rss_mib", "peak RSS (MiB)")):
+            m = r[key]
+            ours = "/".join(f"{m['grpo_lab'][k]:.2f}" for k in ("min", "median", "max"))
+            base = "/".join(f"{m['baseline'][k]:.2f}" for k in ("min", "median", "max"))
+            lines.append(f"{r['case']:<24} {label:<15} {ours:<26} {base:<26} {m['ratio_median']:.3f}x")
+    return "\n".join(lines)
+
+
+def machine() -> dict:
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return {
+        "machine": platform.platform(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "versions": {d: version(d) for d in ("torch", "trl", "transformers", "hydra-core", "optuna", "wandb")},
+        "git_sha": sha or None,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def write(name: str, rows: list[dict], out: Path | None) -> Path:
+    path = out or RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**machine(), "benchmark": name, "rows": [dict(r) for r in rows]}, indent=2) + "\n")
+    return path
+
+
+def env(cache: Path | None = None, **extra: str) -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "GRPO_LAB_"))}
+    out |= {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if cache is not None:
+        out["GRPO_LAB_CACHE"] = str(cache)
+    return out | extra
+
+
+__all__ = ["Sample", "alternate", "asdict", "env", "measure", "summary", "table", "write"]
