@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -116,6 +116,3 @@ def env(cache: Path | None = None, **extra: str) -> dict[str, str]:
     if cache is not None:
         out["GRPO_LAB_CACHE"] = str(cache)
     return out | extra
-
-
-__all__ = ["Sample", "alternate", "asdict", "env", "measure", "summary", "table", "write"]

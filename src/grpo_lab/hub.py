@@ -28,27 +28,32 @@ def hub_endpoint() -> str:
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether a TCP connection to the Hub host (or the HTTPS proxy in front of it) opens within ``timeout``.
+    """Whether a TCP connection to the Hub host (or the HTTPS proxy in front of it) opens within ``timeout``."""
+    return reachable(hub_endpoint(), timeout)
+
+
+def reachable(address: str, timeout: float) -> bool:
+    """Whether a TCP connection to the host of URL ``address`` (or the proxy in front of it) opens in ``timeout``.
 
     Only a connect, no request: a reachable host may still refuse later calls.
     """
-    url = urllib.parse.urlsplit(hub_endpoint())
+    url = urllib.parse.urlsplit(address)
     host = url.hostname
     if not host:
         return False
     try:
         port = url.port or (80 if url.scheme == "http" else 443)
-    except ValueError:  # a malformed port in HF_ENDPOINT
+    except ValueError:  # a malformed port (in HF_ENDPOINT, WANDB_BASE_URL)
         return False
-    # Behind a proxy the Hub itself is not directly reachable; the proxy is what must answer.
+    # Behind a proxy the host itself is not directly reachable; the proxy is what must answer.
     proxy = urllib.request.getproxies().get(url.scheme or "https")
     if proxy and not urllib.request.proxy_bypass(host):
         proxy_url = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
         host, port = proxy_url.hostname or host, proxy_url.port or 80
-    return tcp_connects(host, port, timeout)
+    return _tcp_connects(host, port, timeout)
 
 
-def tcp_connects(host: str, port: int, timeout: float) -> bool:
+def _tcp_connects(host: str, port: int, timeout: float) -> bool:
     # A thread bounds the DNS lookup too, which socket timeouts do not cover; a fast failure returns at once.
     done = threading.Event()
     connected: list[bool] = []

@@ -28,11 +28,15 @@ from grpo_lab.redact import redact
 log = logging.getLogger("grpo_lab")
 
 
+def wandb_base_url() -> str:
+    return os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+
+
 def wandb_logged_in() -> bool:
     """An API key in the environment, or a netrc entry for the W&B host."""
     if os.environ.get("WANDB_API_KEY"):
         return True
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    host = urlparse(wandb_base_url()).hostname or "api.wandb.ai"
     try:
         return netrc.netrc().authenticators(host) is not None
     except (FileNotFoundError, netrc.NetrcParseError, OSError):

@@ -413,11 +413,11 @@ def _lora_config(run: RunConfig) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- public
-def check(run_cfg: RunConfig, *, num_processes: int) -> None:
+def check(run_cfg: RunConfig, *, num_processes: int) -> Any:
     """Raise ConfigError when TRL, transformers or peft would refuse a setting, or it cannot train.
 
     Builds TRL's GRPOConfig (importing trl, torch and transformers), the generation config and peft's
-    LoraConfig, but no model, no W&B run and nothing on disk.
+    LoraConfig, but no model, no W&B run and nothing on disk. Returns that GRPOConfig (the doctor reads it).
     """
     kwargs = config_mod.grpo_kwargs(run_cfg, output_dir=_UNUSED_DIR, report_to=[], run_name=None)
     _check_rules(run_cfg, kwargs)
@@ -429,3 +429,4 @@ def check(run_cfg: RunConfig, *, num_processes: int) -> None:
         _generation_config(args)
     if run_cfg.model.lora.enabled:
         _lora_config(run_cfg)
+    return args

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,8 @@ def collect(cfg: Any, *, sweeper: Any, cache_dir: Path) -> list[Check]:
     if run is not None:
         rows += environment.hub_checks(_hub_repos(run), timeout=_TIMEOUT)
         rows += _run_checks(run, args, gpus, cache_dir)
-        rows += environment.wandb_checks(tracking.choose_mode(run.logger), tracking.wandb_logged_in(), timeout=_TIMEOUT)
+        mode, logged_in = tracking.choose_mode(run.logger), tracking.wandb_logged_in()
+        rows += environment.wandb_checks(mode, logged_in, tracking.wandb_base_url(), timeout=_TIMEOUT)
     if sweeper is not None and "storage" in sweeper:
         rows.append(storage_check(sweeper.storage, sweeper.get("study_name")))
     return rows
@@ -55,9 +55,7 @@ def _validated(cfg: Any) -> tuple[Any, Any, str]:
 
     try:
         run = config_mod.load(cfg)
-        trl_checks.check(run, num_processes=run.launcher.num_processes)
-        with tempfile.TemporaryDirectory() as tmp:
-            args = config_mod.to_grpo_config(run, output_dir=tmp, report_to=[], run_name=None)
+        args = trl_checks.check(run, num_processes=run.launcher.num_processes)
     except Exception as e:
         line = describe(e)
         if line is None:
@@ -105,7 +103,7 @@ def _run_checks(run: Any, args: Any, gpus: list[environment.Gpu], cache_dir: Pat
             models.architecture(run.model, cache_dir), dtype=run.model.dtype, lora=run.model.lora
         )
     except Exception as e:
-        reason = describe(e) or f"{type(e).__name__}: {one_line(e)}"
+        reason = _reason(e)
         return [*rows, Check("memory", "warn", f"not estimated: the model's config cannot be read ({reason})")]
     trained = "LoRA adapter" if run.model.lora.enabled else "all weights"
     rows.append(
@@ -124,7 +122,7 @@ def _data_check(run: Any) -> tuple[Check, int]:
     try:
         pair = data_mod.load_datasets(run.data)
     except Exception as e:
-        reason = describe(e) or f"{type(e).__name__}: {one_line(e)}"
+        reason = _reason(e)
         return Check("data", "fail", reason), 256
     prompts = pair.train.select(range(min(_PROMPT_SAMPLE, len(pair.train))))["prompt"]
     tokens = max(sum(len(m["content"]) for m in p) // _CHARS_PER_TOKEN + _TEMPLATE_TOKENS * len(p) for p in prompts)
@@ -163,9 +161,7 @@ def _memory_check(run: Any, args: Any, shape: footprint.Shape, prompt_tokens: in
         )
     detail = f"needs ≈{footprint.size(need)} of {footprint.size(free)} {where} ({shown}; an estimate)"
     fix = "lower trainer.per_device_train_batch_size or max_completion_length, or model.lora.enabled=true"
-    if need > free:
-        return Check("memory", "fail", detail, fix)
-    return Check("memory", "warn" if need > 0.8 * free else "ok", detail, fix if need > 0.8 * free else "")
+    return _budget("memory", need, free, detail, fix)
 
 
 def _disk_check(run: Any, args: Any, shape: footprint.Shape, cache_dir: Path) -> Check:
@@ -185,9 +181,18 @@ def _disk_check(run: Any, args: Any, shape: footprint.Shape, cache_dir: Path) ->
     shown = ", ".join(f"{k} {footprint.size(v)}" for k, v in parts.items() if v) or "nothing large"
     detail = f"needs ≈{footprint.size(need)} of {footprint.size(free)} free ({shown})"
     fix = "free some disk, set GRPO_LAB_CACHE elsewhere, or keep fewer checkpoints (trainer.save_total_limit)"
+    return _budget("disk", need, free, detail, fix)
+
+
+def _budget(name: str, need: float, free: float, detail: str, fix: str) -> Check:
+    """fail above what is free, warn above 80% of it (estimates are rough), else ok."""
     if need > free:
-        return Check("disk", "fail", detail, fix)
-    return Check("disk", "warn" if need > 0.8 * free else "ok", detail, fix if need > 0.8 * free else "")
+        return Check(name, "fail", detail, fix)
+    return Check(name, "warn", detail, fix) if need > 0.8 * free else Check(name, "ok", detail)
+
+
+def _reason(error: Exception) -> str:
+    return describe(error) or f"{type(error).__name__}: {one_line(error)}"
 
 
 def _existing(path: Path) -> Path:
@@ -215,7 +220,7 @@ def storage_check(url: str | None, study_name: str | None) -> Check:
     try:
         studies = st.study_sizes(url)
     except Exception as e:
-        reason = describe(e) or f"{type(e).__name__}: {one_line(e)}"
+        reason = _reason(e)
         return Check(
             "Optuna storage",
             "fail",

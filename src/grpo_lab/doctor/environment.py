@@ -7,7 +7,6 @@ the tests give them a capability list; on a CPU machine the rows say what is rea
 
 from __future__ import annotations
 
-import os
 import platform
 import sys
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from importlib import metadata
 from urllib.parse import urlsplit
 
 from grpo_lab.doctor.checks import Check
-from grpo_lab.hub import hub_endpoint, hub_offline, hub_reachable, tcp_connects
+from grpo_lab.hub import hub_endpoint, hub_offline, hub_reachable, reachable
 
 # The stack a GRPO run depends on, in the order the table shows them (distribution names).
 KEY_PACKAGES = ("torch", "trl", "transformers", "accelerate", "peft", "datasets", "wandb", "optuna", "hydra-core")
@@ -167,20 +166,18 @@ def accelerator_checks(build: TorchBuild, gpus: list[Gpu], *, wants_bf16: bool, 
 
 
 # ------------------------------------------------------------------------------------ network services
-def wandb_checks(mode: str, logged_in: bool, *, timeout: float) -> list[Check]:
+def wandb_checks(mode: str, logged_in: bool, base_url: str, *, timeout: float) -> list[Check]:
     """`mode` is what the run will use (tracking.choose_mode): online | offline | disabled."""
     if mode == "disabled":
         return [Check("W&B", "info", "off for this config (logger=none or logger.mode=disabled)")]
-    base = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
-    url = urlsplit(base)
-    host = url.hostname or "api.wandb.ai"
-    reachable = tcp_connects(host, url.port or (80 if url.scheme == "http" else 443), timeout)
-    where = f"{host} {'answers' if reachable else f'does not answer within {timeout:g} s'}"
+    answers = reachable(base_url, timeout)
+    host = urlsplit(base_url).hostname or base_url
+    where = f"{host} {'answers' if answers else f'does not answer within {timeout:g} s'}"
     login = "logged in" if logged_in else "not logged in"
     if mode == "offline":
         detail = f"offline ({login}; {where}): runs are written to wandb/ and `wandb sync` uploads them later"
         return [Check("W&B", "info", detail)]
-    if not reachable:
+    if not answers:
         return [
             Check(
                 "W&B",
@@ -197,12 +194,12 @@ def hub_checks(repo_ids: list[tuple[str, str, bool]], *, timeout: float) -> list
     if not repo_ids:
         return [Check("Hugging Face Hub", "ok", "not needed: the model and data are local")]
     offline = hub_offline("TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
-    reachable = not offline and hub_reachable(timeout)
+    online = not offline and hub_reachable(timeout)
     rows = []
     for what, repo, cached in repo_ids:
         if cached:
             rows.append(Check(f"Hub: {what}", "ok", f"{repo} is in the local cache"))
-        elif reachable:
+        elif online:
             rows.append(Check(f"Hub: {what}", "ok", f"{repo} will be downloaded from {hub_endpoint()} (reachable)"))
         else:
             why = "HF_HUB_OFFLINE is set" if offline else f"{hub_endpoint()} does not answer within {timeout:g} s"
