@@ -88,7 +88,10 @@ def sweeper_settings(*overrides: str, search_path: Path | None = None) -> dict:
 
 @pytest.mark.parametrize(
     ("kind", "shipped"),
-    [("sampler", {"tpe", "random", "nsgaii"}), ("pruner", {"median", "successive_halving", "hyperband", "none"})],
+    [
+        ("sampler", {"tpe", "random", "nsgaii"}),
+        ("pruner", {"median", "successive_halving", "hyperband", "wilcoxon", "none"}),
+    ],
 )
 def test_every_shipped_sampler_and_pruner_is_the_optuna_class_its_file_names(kind, shipped):
     from hydra.utils import get_class
@@ -268,6 +271,58 @@ def test_pruning_stops_a_clearly_bad_trial_early(tmp_path, model_cache):
     (path,) = find_runs(sweep_dir / "trial_1")
     run = read_run(path)
     assert "pruned" in run.tags and run.state == "finished"
+
+
+WILCOXON_SWEEP = """
+hydra:
+  sweeper:
+    study_name: wilcoxon
+    n_trials: 2
+    objectives: [{metric: eval_after/format, direction: maximize}]
+    params:
+      lr: choice(1e-4)
+"""
+
+
+def test_wilcoxon_pruner_stops_the_evaluation_of_a_trial_worse_than_the_best_item_by_item(tmp_path, model_cache):
+    # The best trial so far formatted every one of the 32 eval items (as a trained model would; the tiny random
+    # model formats none): the new trial loses on each item it is scored on, and the one-sided Wilcoxon test
+    # gets below p=0.1 as soon as n_startup_steps=8 items are paired (p = 2^-8), i.e. after 2 batches of 4.
+    n_items = 32
+    (tmp_path / "outputs" / "sweeps").mkdir(parents=True)
+    study = optuna.create_study(study_name="wilcoxon", storage=sqlite_url(tmp_path), direction="maximize")
+    study.add_trial(
+        optuna.trial.create_trial(
+            value=1.0,
+            params={"lr": 1e-4},
+            distributions={"lr": optuna.distributions.CategoricalDistribution([1e-4])},
+            intermediate_values={i: 1.0 for i in range(n_items)},
+        )
+    )
+    args = write_sweep(tmp_path / "conf", "wilcoxon", WILCOXON_SWEEP)
+    extra = [f"data.eval_size={n_items}", "eval.batch_size=4", "hydra/sweeper/pruner=wilcoxon"]
+    proc = run_cli(["-m", *args, *FAST, *extra], tmp_path, model_cache, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    best, trial = load_study(tmp_path, "wilcoxon").trials
+    assert best.state == TrialState.COMPLETE and trial.state == TrialState.PRUNED
+    assert "pruned after 8 eval items (format 0 so far, significantly below trial 0's" in trial.user_attrs["pruned"]
+    items = sorted(set(trial.intermediate_values) - {n_items})
+    assert len(items) == 8 and set(items) < set(range(n_items)) and items != list(range(8))  # shuffled
+    assert {trial.intermediate_values[i] for i in items} == {0.0}
+    assert trial.intermediate_values[n_items] == 0.0  # the mean so far, for the sampler's ranking of pruned trials
+    record = json.loads((tmp_path / "outputs" / "sweeps" / "wilcoxon" / "trial_1" / "metrics.json").read_text())
+    assert record["status"] == "pruned" and record["metrics"]["pruned/eval_items"] == 8.0
+    assert "eval_after/format" not in record["metrics"]  # a partial evaluation is not the objective
+
+
+def test_wilcoxon_pruner_needs_an_objective_of_the_evaluation_after_training(tmp_path, model_cache):
+    args = ["-m", "sweep=lr_beta", *FAST, "hydra/sweeper/pruner=wilcoxon", "eval.after=false"]
+    proc = run_cli(args, tmp_path, model_cache, timeout=120)
+    assert proc.returncode != 0
+    assert "needs one objective among eval_after/accuracy, eval_after/format and eval.after=true" in proc.stderr
+    assert "(got eval_after/accuracy, eval.after=False)" in proc.stderr
+    assert not list((tmp_path / "outputs").rglob("metrics.json"))  # refused before any trial ran
 
 
 def test_pareto_sweep_records_both_objectives(tmp_path, model_cache):

@@ -6,6 +6,7 @@ format   = share that follow the exact tag layout (`strict_format`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,12 +76,25 @@ def generate(
     """(completion text, completion token count) for each conversation, in batches, with a progress bar:
     greedy, or with `sampling` (generate()'s do_sample, temperature, num_return_sequences... : then each
     prompt's completions follow one another)."""
+    batches = _batches(model, tokenizer, prompts, max_new_tokens, batch_size, desc, sampling)
+    return [out for batch in batches for out in batch]
+
+
+def _batches(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[dict]],
+    max_new_tokens: int,
+    batch_size: int,
+    desc: str,
+    sampling: dict[str, Any] | None,
+) -> Iterator[list[tuple[str, int]]]:
+    """generate()'s batches one by one, so that a caller can stop between two."""
     import torch
     from tqdm.auto import tqdm
 
     was_training = model.training
     model.eval()
-    outputs: list[tuple[str, int]] = []
     try:
         for start in tqdm(range(0, len(prompts), batch_size), desc=desc, unit="batch"):
             batch = prompts[start : start + batch_size]
@@ -95,33 +109,54 @@ def generate(
                     use_cache=True,
                 )
             new_tokens = out[:, enc["input_ids"].shape[1] :]
-            for row in new_tokens:
-                ids = [t for t in row.tolist() if t != tokenizer.pad_token_id]
-                outputs.append((tokenizer.decode(ids, skip_special_tokens=True), len(ids)))
+            rows = [[t for t in row.tolist() if t != tokenizer.pad_token_id] for row in new_tokens]
+            yield [(tokenizer.decode(ids, skip_special_tokens=True), len(ids)) for ids in rows]
     finally:
         model.train(was_training)
-    return outputs
 
 
-def evaluate(model: Any, tokenizer: Any, dataset: Any, cfg: EvalConfig, desc: str) -> EvalResult:
-    prompts = list(dataset["prompt"])
-    answers = list(dataset["answer"])
-    generated = generate(
-        model, tokenizer, prompts, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, desc=desc
+def evaluate(
+    model: Any,
+    tokenizer: Any,
+    dataset: Any,
+    cfg: EvalConfig,
+    desc: str,
+    *,
+    order: list[int] | None = None,
+    watch: Callable[[list[dict[str, Any]]], bool] | None = None,
+) -> EvalResult:
+    """Greedy completions of every item, graded. `order`: evaluate the items in this order (a per-item pruner
+    wants them shuffled per trial); `watch`: called with each batch's graded samples, stops the evaluation
+    when it returns True (the result then holds the items evaluated so far). Samples come back in item order.
+    """
+    order = list(range(len(dataset))) if order is None else order
+    questions, answers, prompts = (list(dataset[c]) for c in ("question", "answer", "prompt"))
+    samples: list[dict[str, Any]] = []
+    lengths: list[int] = []
+    batches = _batches(
+        model, tokenizer, [prompts[i] for i in order], cfg.max_new_tokens, cfg.batch_size, desc, sampling=None
     )
-    texts = [text for text, _ in generated]
-    correct = correctness(completions=texts, answer=answers)
-    formatted = strict_format(completions=texts)
-    graded = [c for c in correct if c is not None]
-    # `item`: the position in the eval set, so that two runs on the same set can be compared item by item.
-    samples = [
-        {"item": i, "question": q, "answer": a, "completion": t, "correct": c, "format": f}
-        for i, (q, a, t, c, f) in enumerate(zip(dataset["question"], answers, texts, correct, formatted, strict=True))
-    ]
+    for batch in batches:
+        items = order[len(samples) : len(samples) + len(batch)]
+        texts = [text for text, _ in batch]
+        correct = correctness(completions=texts, answer=[answers[i] for i in items])
+        formatted = strict_format(completions=texts)
+        # `item`: the position in the eval set, so that two runs on the same set can be compared item by item.
+        graded = [
+            {"item": i, "question": questions[i], "answer": answers[i], "completion": t, "correct": c, "format": f}
+            for i, t, c, f in zip(items, texts, correct, formatted, strict=True)
+        ]
+        samples += graded
+        lengths += [n for _, n in batch]
+        if watch is not None and watch(graded):
+            batches.close()  # leaves generation, restoring the model's training mode
+            break
+    samples.sort(key=lambda s: s["item"])
+    graded_correct = [s["correct"] for s in samples if s["correct"] is not None]
     return EvalResult(
-        accuracy=sum(graded) / len(graded) if graded else float("nan"),
-        format=sum(formatted) / len(formatted) if formatted else float("nan"),
-        num_samples=len(texts),
-        mean_length=sum(n for _, n in generated) / len(generated) if generated else 0.0,
+        accuracy=sum(graded_correct) / len(graded_correct) if graded_correct else float("nan"),
+        format=sum(s["format"] for s in samples) / len(samples) if samples else float("nan"),
+        num_samples=len(samples),
+        mean_length=sum(lengths) / len(lengths) if lengths else 0.0,
         samples=samples,
     )

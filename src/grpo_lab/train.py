@@ -360,11 +360,11 @@ class Recorder:
         `optuna.TrialPruned` for the sweeper."""
         from grpo_lab.sweep.trial import pruned_error
 
-        step, value = reporter.last or (0, float("nan"))
+        where = reporter.pruned_metrics()
         error = pruned_error(reporter)
-        result = self.result("pruned", **{"pruned/step": float(step), "pruned/intermediate_value": value})
+        result = self.result("pruned", **where)
         self.job.tracker.add_tags("pruned")
-        summary = {"status": "pruned", "pruned/step": step, "pruned/intermediate_value": value}
+        summary = {"status": "pruned", **where}
         self._close(result, summary, exit_code=0, pruned=str(error))
         raise error
 
@@ -434,10 +434,27 @@ def _train_and_evaluate(job: _Job, recorder: Recorder) -> RunResult:
         if job.main:
             tokenizer.save_pretrained(str(job.ctx.run_dir / records.MODEL))
     if job.main and job.cfg.eval.after:
-        with recorder.timed("eval_after"):
-            after = evaluate(trainer.model, tokenizer, job.pair.eval, job.cfg.eval, desc="eval after")
-        recorder.add_eval("eval_after", after)
+        _evaluate_after(job, recorder, trainer.model, tokenizer, reporter)
     return recorder.finished()
+
+
+def _evaluate_after(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, reporter: Any) -> None:
+    """The held-out evaluation after training; a per-item pruner (Wilcoxon) may stop it as the trial is pruned."""
+    eval_set = job.pair.eval
+    per_item = reporter is not None and reporter.per_item
+    with recorder.timed("eval_after"):
+        after = evaluate(
+            model,
+            tokenizer,
+            eval_set,
+            job.cfg.eval,
+            desc="eval after",
+            order=reporter.item_order(len(eval_set)) if per_item else None,
+            watch=(lambda batch: reporter.observe_items(batch, len(eval_set))) if per_item else None,
+        )
+    if per_item and reporter.pruned:
+        recorder.pruned(reporter)
+    recorder.add_eval("eval_after", after)
 
 
 def _start_tracking(job: _Job) -> Any:

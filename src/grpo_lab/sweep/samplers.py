@@ -34,9 +34,20 @@ def prunes(spec: Mapping[str, Any]) -> bool:
     return not isinstance(build_pruner(spec), optuna.pruners.NopPruner)
 
 
+def per_item(spec: Mapping[str, Any] | None) -> bool:
+    """Whether the pruner of `spec` compares trials item by item on the held-out evaluation (Optuna's
+    WilcoxonPruner: intermediate values are per-item results, their steps the items' ids)."""
+    import optuna
+
+    return spec is not None and isinstance(build_pruner(spec), optuna.pruners.WilcoxonPruner)
+
+
 def _build(kind: str, spec: Mapping[str, Any], **kwargs: Any) -> Any:
+    import warnings
+
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
+    from optuna.exceptions import ExperimentalWarning
 
     spec = dict(spec)
     if "name" in spec:
@@ -44,7 +55,10 @@ def _build(kind: str, spec: Mapping[str, Any], **kwargs: Any) -> Any:
     if "_target_" not in spec:
         raise ConfigError(f"`hydra.sweeper.{kind}` needs a `_target_` (options: {', '.join(options(kind))}).")
     try:
-        return instantiate(spec, **kwargs)
+        with warnings.catch_warnings():
+            # e.g. WilcoxonPruner is "experimental" in Optuna: a choice the user made, said on every build
+            warnings.filterwarnings("ignore", category=ExperimentalWarning)
+            return instantiate(spec, **kwargs)
     except InstantiationException as e:  # a typo in the target or in one of its arguments
         raise ConfigError(f"`hydra.sweeper.{kind}` ({spec['_target_']}) cannot be built: {e}") from None
 

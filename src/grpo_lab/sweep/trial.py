@@ -3,6 +3,11 @@
 The sweeper owns the study's lifecycle (ask, tell); the job only rebuilds its own trial from the
 storage (`optuna.Trial(study, trial_id)`), calls `report()` / `should_prune()`, and raises
 `optuna.TrialPruned` once training has stopped, which the sweeper records as PRUNED.
+
+Two kinds of intermediate value: a metric over training steps (the smoothed training reward or a periodic
+evaluation, for the median, successive-halving and hyperband pruners), or, for Optuna's WilcoxonPruner, the
+held-out evaluation after training item by item (step = the item's id, value = 1/0), in an order shuffled
+per trial, so that a trial significantly worse than the best one stops its evaluation early.
 """
 
 from __future__ import annotations
@@ -20,11 +25,16 @@ _EMA = 0.3
 
 
 def intermediate_source(cfg: RunConfig) -> tuple[str, str] | None:
-    """("eval", name) when periodic evaluation measures the objective, ("train", key) for a logged key.
+    """("eval", name) when periodic evaluation measures the objective, ("train", key) for a logged key,
+    ("items", name) when a per-item pruner watches the evaluation after training (`samplers.per_item`).
 
-    None when nothing during training tracks the objective (then the trial is not pruned).
+    None when nothing tracks the objective (then the trial is not pruned).
     """
+    from grpo_lab.sweep.samplers import per_item
+
     prefix, _, name = cfg.objective.metric.partition("/")
+    if per_item(cfg.trial.pruner if cfg.trial is not None else None):
+        return ("items", name) if prefix == "eval_after" and cfg.eval.after else None
     if prefix in ("eval_after", "eval_before") and cfg.eval.every_n_steps:
         return ("eval", name)
     if prefix == "train":
@@ -45,6 +55,9 @@ class TrialReporter:
         self.pruned = False
         self.last: tuple[int, float] | None = None
         self._ema: float | None = None
+        self._items: list[float] = []  # per-item values reported so far ("items" source)
+        self.number = trial_cfg.number
+        self.best_number: int | None = None  # the trial a per-item pruner compared this one with
         from grpo_lab.redact import reveal
         from grpo_lab.sweep.samplers import build_pruner
         from grpo_lab.sweep.storage import open_storage
@@ -77,6 +90,58 @@ class TrialReporter:
         value = metrics.get(self.source[1])
         return value is not None and math.isfinite(value) and self._report(step, value)
 
+    @property
+    def per_item(self) -> bool:
+        return self.enabled and self.source is not None and self.source[0] == "items"
+
+    def item_order(self, n: int) -> list[int] | None:
+        """The order in which to evaluate n items: shuffled per trial (seeded by its number, so a resumed
+        trial sees the same order), or None (the eval set's order) when items are not reported."""
+        if not self.per_item:
+            return None
+        import random
+
+        order = list(range(n))
+        random.Random(self.number).shuffle(order)
+        return order
+
+    def observe_items(self, samples: list[dict[str, Any]], total: int) -> bool:
+        """One evaluated batch (evaluate's samples); returns True when the evaluation should stop."""
+        if not self.per_item or self.source is None:
+            return False
+        from grpo_lab.records import EVAL_ITEM_KEYS
+
+        key = EVAL_ITEM_KEYS[self.source[1]]
+        for s in samples:
+            if s[key] is not None:  # items without a gradable reference have no outcome
+                self._items.append(float(s[key]))
+                self.trial.report(self._items[-1], s["item"])
+        if not self._items:
+            return False
+        self.last = (len(self._items), sum(self._items) / len(self._items))
+        if self.trial.should_prune():
+            self.pruned = True
+            self.best_number = self.trial.study.best_trial.number
+            # Optuna's samplers rank pruned trials by their last step's value; a last value at a step past
+            # every item id gives them the mean so far (the best trial, never pruned, lacks that step, so
+            # the per-item pairing is unchanged).
+            self.trial.report(self.last[1], total)
+            log.info(
+                "Trial %d pruned after %d of %d eval items (%s %.4g so far).",
+                self.number,
+                len(self._items),
+                total,
+                self.source[1],
+                self.last[1],
+            )
+        return self.pruned
+
+    def pruned_metrics(self) -> dict[str, float]:
+        """The record of where the pruner stopped the trial (metrics.json, the W&B summary)."""
+        step, value = self.last or (0, float("nan"))
+        where = "pruned/eval_items" if self.per_item else "pruned/step"
+        return {where: float(step), "pruned/intermediate_value": value}
+
     def _report(self, step: int, value: float) -> bool:
         self.trial.report(value, step)
         self.last = (step, value)
@@ -90,4 +155,10 @@ def pruned_error(reporter: TrialReporter) -> Exception:
     import optuna
 
     step, value = reporter.last or (0, float("nan"))
+    if reporter.per_item:
+        name = reporter.source[1] if reporter.source else "objective"
+        return optuna.TrialPruned(
+            f"pruned after {step} eval items ({name} {value:.4g} so far, significantly below "
+            f"trial {reporter.best_number}'s on the same items: Wilcoxon signed-rank test)"
+        )
     return optuna.TrialPruned(f"pruned at step {step} (intermediate value {value:.4g})")

@@ -123,6 +123,7 @@ class GrpoOptunaSweeper(Sweeper):
         check_policy(s.keep_models, s.keep_top_k)
         self._check_confirm(metrics, distributions)
         self._check_weight_free(metrics, distributions)
+        self._check_per_item(metrics)
         url = s.storage or DEFAULT_STORAGE
         storage = st.make_storage(
             url, heartbeat_interval=s.heartbeat_interval, grace_period=s.grace_period, max_retry=s.retry_failed
@@ -184,7 +185,7 @@ class GrpoOptunaSweeper(Sweeper):
         """With reward weights swept, the weighted training reward is not comparable across trials (small weights
         score lower only because they scale the reward down): neither the objective nor the pruning signal."""
         from grpo_lab.errors import ConfigError
-        from grpo_lab.sweep.samplers import prunes
+        from grpo_lab.sweep.samplers import per_item, prunes
 
         weights = sorted(n for n in distributions if n.startswith("reward.weights."))
         if not weights:
@@ -197,11 +198,31 @@ class GrpoOptunaSweeper(Sweeper):
                     "do not scale, e.g. eval_after/accuracy or train/rewards/<name>/mean."
                 )
         # An eval_* objective without periodic evaluation is pruned on the training reward (sweep.trial).
-        by_reward = metrics[0].startswith("eval_") and not self.config.eval.every_n_steps
-        if len(metrics) == 1 and by_reward and prunes(OmegaConf.to_container(self.settings.pruner)):
+        pruner = OmegaConf.to_container(self.settings.pruner)
+        by_reward = metrics[0].startswith("eval_") and not self.config.eval.every_n_steps and not per_item(pruner)
+        if len(metrics) == 1 and by_reward and prunes(pruner):
             raise ConfigError(
                 f"Pruning would compare trials on the weighted training reward (no periodic evaluation), but {why}. "
                 "Set `eval.every_n_steps=N` to prune on the held-out metric, or `hydra/sweeper/pruner=none`."
+            )
+
+    def _check_per_item(self, metrics: list[str]) -> None:
+        """A per-item pruner (Wilcoxon) reads the held-out evaluation after training item by item: the one
+        objective must be a proportion of that evaluation."""
+        from grpo_lab.config import EVAL_METRICS
+        from grpo_lab.errors import ConfigError
+        from grpo_lab.records import EVAL_ITEM_KEYS
+        from grpo_lab.sweep.samplers import per_item
+
+        if not per_item(OmegaConf.to_container(self.settings.pruner)):
+            return
+        wanted = [f"eval_after/{name}" for name in EVAL_METRICS if name in EVAL_ITEM_KEYS]
+        if len(metrics) != 1 or metrics[0] not in wanted or not self.config.eval.after:
+            raise ConfigError(
+                f"The Wilcoxon pruner compares trials item by item on the evaluation after training, so it needs "
+                f"one objective among {', '.join(wanted)} and eval.after=true (got {', '.join(metrics)}, "
+                f"eval.after={self.config.eval.after}). Change the objective or pick another pruner "
+                f"(hydra/sweeper/pruner=median)."
             )
 
     def _plan_confirmation(self, study: Any, storage: Any, url: str) -> int:
