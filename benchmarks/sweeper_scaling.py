@@ -1,0 +1,137 @@
+"""The sweeper's own cost per trial as a study grows: grpo_lab's sweep vs Optuna's `study.optimize`.
+
+Both run a no-op objective (benchmarks/baselines/noop_sweep_app.py through grpo_lab's sweeper and conf/;
+benchmarks/baselines/plain_optuna.py), random sampler, same storage, with 1 and 4 worker processes on one
+study. The time per trial is read from the study itself (consecutive completion times), in windows at the
+start, the middle and the end of the study, so that growth with the number of trials shows:
+O(1) per trial means the last window costs what the first does. Goal: flat.
+
+    python benchmarks/sweeper_scaling.py                  # 100 trials; SQLite, journal (+ PostgreSQL)
+    python benchmarks/sweeper_scaling.py --trials 1000    # the growth over 1,000 (long: ~0.3 s a trial)
+PostgreSQL runs when --postgres URL (or GRPO_LAB_TEST_POSTGRES_URL) is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import _pairs
+
+NOOP = str(_pairs.REPO / "benchmarks" / "baselines" / "noop_sweep_app.py")
+PLAIN = str(_pairs.REPO / "benchmarks" / "baselines" / "plain_optuna.py")
+
+
+def windows(n: int) -> list[tuple[int, int]]:
+    """[start, end) ranks of completed trials: the first 10, ~10% in, ~50% in, the last 10 (10 each)."""
+    marks = sorted({10, n // 10, n // 2, n})
+    return [(max(m - 10, 0), m) for m in marks if m >= 10]
+
+
+def ours(url: str, study: str, trials: int, workers: int, work: Path, env: dict) -> list[str]:
+    return [
+        sys.executable, NOOP, "-m",
+        "hydra/sweeper=grpo_optuna", "hydra/sweeper/sampler=random", "hydra/sweeper/pruner=none",
+        f"hydra.sweeper.n_trials={trials}", f"hydra.sweeper.storage={url}", f"hydra.sweeper.study_name={study}",
+        f"hydra.sweep.dir={work / study}", "hydra.sweeper.keep_models=none", "lr=tag(log, interval(1e-6, 1e-4))",
+    ]  # fmt: skip
+
+
+def plain(url: str, study: str, trials: int, workers: int, work: Path, env: dict) -> list[str]:
+    return [sys.executable, PLAIN, "--storage", url, "--study", study, "--trials", str(trials)]
+
+
+def run_workers(cmd: list[str], workers: int, cwd: Path, env: dict) -> float:
+    started = time.perf_counter()
+    procs = [
+        subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for _ in range(workers)
+    ]
+    errors = [(p.wait(), p.stderr.read().decode(errors="replace")) for p in procs]
+    for code, err in errors:
+        if code != 0:
+            raise SystemExit(f"{' '.join(cmd)} exited {code}:\n{err[-3000:]}")
+    return time.perf_counter() - started
+
+
+def per_trial_ms(url: str, study: str, trials: int) -> dict[str, float]:
+    import optuna
+    from optuna.trial import TrialState
+
+    sys.path.insert(0, str(Path(PLAIN).parent))
+    from plain_optuna import storage
+
+    done = optuna.load_study(study_name=study, storage=storage(url)).get_trials(states=(TrialState.COMPLETE,))
+    ends = sorted(t.datetime_complete.timestamp() for t in done)
+    if len(ends) < trials:
+        raise SystemExit(f"study {study}: {len(ends)} of {trials} trials completed")
+    out = {}
+    for a, b in windows(trials):
+        first = ends[a - 1] if a else min(t.datetime_start.timestamp() for t in done)
+        out[f"trials {a + 1}-{b}"] = 1000 * (ends[b - 1] - first) / (b - a)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=100)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--storages", nargs="+", default=["sqlite", "journal", "postgresql"])
+    parser.add_argument("--postgres", default=os.environ.get("GRPO_LAB_TEST_POSTGRES_URL"))
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        env = _pairs.env(work / "cache", WANDB_MODE="disabled")
+        urls = {
+            "sqlite": lambda: f"sqlite:///{work / uuid.uuid4().hex}.db",
+            "journal": lambda: f"journal:{work / uuid.uuid4().hex}.log",
+        }
+        if args.postgres:
+            urls["postgresql"] = lambda: args.postgres
+        for kind, make_url in ((k, u) for k, u in urls.items() if k in args.storages):
+            for workers in args.workers:
+                row = {"storage": kind, "workers": workers, "trials": args.trials}
+                for side, build in (("grpo_lab", ours), ("baseline", plain)):
+                    url, study = make_url(), f"scaling_{uuid.uuid4().hex[:8]}"
+                    print(f"{kind}, {workers} worker(s), {side}: {args.trials} trials", file=sys.stderr, flush=True)
+                    wall = run_workers(build(url, study, args.trials, workers, work, env), workers, work, env)
+                    row[side] = {"wall_s": wall, "ms_per_trial": 1000 * wall / args.trials}
+                    row[side]["windows_ms"] = per_trial_ms(url, study, args.trials)
+                    if kind == "postgresql":
+                        import optuna
+
+                        optuna.delete_study(study_name=study, storage=url)
+                w_ours, w_base = row["grpo_lab"]["windows_ms"], row["baseline"]["windows_ms"]
+                first, last = next(iter(w_ours)), list(w_ours)[-1]
+                row["growth_last_vs_first"] = w_ours[last] / w_ours[first]
+                row["ratio_median"] = statistics.median(w_ours[k] / w_base[k] for k in w_ours)
+                rows.append(row)
+                print(table([row]), flush=True)
+    print(table(rows))
+    print(f"written: {_pairs.write('sweeper_scaling', rows, args.out)}")
+    return 0
+
+
+def table(rows: list[dict]) -> str:
+    lines = []
+    for r in rows:
+        head = f"{r['storage']}, {r['workers']} worker(s), {r['trials']} trials"
+        lines.append(f"{head}: grpo_lab {r['grpo_lab']['ms_per_trial']:.1f} ms/trial overall, "
+                     f"Optuna's optimize {r['baseline']['ms_per_trial']:.1f}; last/first window "
+                     f"{r['growth_last_vs_first']:.2f}x; median ratio {r['ratio_median']:.2f}x")  # fmt: skip
+        for k, v in r["grpo_lab"]["windows_ms"].items():
+            lines.append(f"    {k:<16} {v:8.1f} ms vs {r['baseline']['windows_ms'][k]:8.1f} ms")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
