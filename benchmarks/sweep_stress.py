@@ -138,6 +138,7 @@ def main() -> int:
     parser.add_argument("--storages", default="sqlite,journal,postgresql")
     parser.add_argument("--workers", default="2,4")
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--only-kills", action="store_true", help="kill a worker in every repetition")
     parser.add_argument("--no-hog", action="store_true", help="do not run a CPU hog beside the workers")
     parser.add_argument("--check", action="store_true", help="exit 1 when any error column is non-zero")
     parser.add_argument("--seed", type=int, default=0)
@@ -182,7 +183,7 @@ def _measure(opts: argparse.Namespace) -> list[dict]:
             for workers in (int(w) for w in opts.workers.split(",")):
                 for rep in range(opts.reps):
                     n_trials = opts.trials_per_worker * workers
-                    kill = rep % 2 == 1
+                    kill = opts.only_kills or rep % 2 == 1
                     row = one_sweep(kind, workers, n_trials, kill, rep, cache, work_root=opts.work)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
