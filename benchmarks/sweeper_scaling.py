@@ -25,6 +25,9 @@ from pathlib import Path
 
 import _pairs
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "baselines"))
+from plain_optuna import storage  # the baseline's storage rule: both sides read the study alike
+
 NOOP = str(_pairs.REPO / "benchmarks" / "baselines" / "noop_sweep_app.py")
 PLAIN = str(_pairs.REPO / "benchmarks" / "baselines" / "plain_optuna.py")
 
@@ -35,7 +38,7 @@ def windows(n: int) -> list[tuple[int, int]]:
     return [(max(m - 10, 0), m) for m in marks if m >= 10]
 
 
-def ours(url: str, study: str, trials: int, workers: int, work: Path, env: dict) -> list[str]:
+def ours(url: str, study: str, trials: int, work: Path) -> list[str]:
     return [
         sys.executable, NOOP, "-m",
         "hydra/sweeper=grpo_optuna", "hydra/sweeper/sampler=random", "hydra/sweeper/pruner=none",
@@ -44,7 +47,7 @@ def ours(url: str, study: str, trials: int, workers: int, work: Path, env: dict)
     ]  # fmt: skip
 
 
-def plain(url: str, study: str, trials: int, workers: int, work: Path, env: dict) -> list[str]:
+def plain(url: str, study: str, trials: int, work: Path) -> list[str]:
     return [sys.executable, PLAIN, "--storage", url, "--study", study, "--trials", str(trials)]
 
 
@@ -64,9 +67,6 @@ def run_workers(cmd: list[str], workers: int, cwd: Path, env: dict) -> float:
 def per_trial_ms(url: str, study: str, trials: int) -> dict[str, float]:
     import optuna
     from optuna.trial import TrialState
-
-    sys.path.insert(0, str(Path(PLAIN).parent))
-    from plain_optuna import storage
 
     done = optuna.load_study(study_name=study, storage=storage(url)).get_trials(states=(TrialState.COMPLETE,))
     ends = sorted(t.datetime_complete.timestamp() for t in done)
@@ -103,7 +103,7 @@ def main() -> int:
                 for side, build in (("grpo_lab", ours), ("baseline", plain)):
                     url, study = make_url(), f"scaling_{uuid.uuid4().hex[:8]}"
                     print(f"{kind}, {workers} worker(s), {side}: {args.trials} trials", file=sys.stderr, flush=True)
-                    wall = run_workers(build(url, study, args.trials, workers, work, env), workers, work, env)
+                    wall = run_workers(build(url, study, args.trials, work), workers, work, env)
                     row[side] = {"wall_s": wall, "ms_per_trial": 1000 * wall / args.trials}
                     row[side]["windows_ms"] = per_trial_ms(url, study, args.trials)
                     if kind == "postgresql":
