@@ -2,7 +2,9 @@
 
 Both run a no-op objective (benchmarks/baselines/noop_sweep_app.py through grpo_lab's sweeper and conf/;
 benchmarks/baselines/plain_optuna.py), random sampler, same storage, with 1 and 4 worker processes on one
-study. The time per trial is read from the study itself (consecutive completion times), in windows at the
+study. A second baseline splits the cost: Hydra's own basic sweeper launching the same number of no-op jobs
+of the same app and conf/ (no Optuna, no storage), i.e. what any Hydra sweeper pays per job to compose the
+job's config and set up its folder and logging; grpo_lab's sweeper minus that is its own cost. The time per trial is read from the study itself (consecutive completion times), in windows at the
 start, the middle and the end of the study, so that growth with the number of trials shows:
 O(1) per trial means the last window costs what the first does. Goal: flat.
 
@@ -51,6 +53,20 @@ def plain(url: str, study: str, trials: int, work: Path) -> list[str]:
     return [sys.executable, PLAIN, "--storage", url, "--study", study, "--trials", str(trials)]
 
 
+def hydra_basic(trials: int, work: Path, env: dict) -> dict[str, float]:
+    """ms per job of Hydra's basic sweeper on the same app, in the same windows, from the jobs' start times
+    (each job writes its .hydra/overrides.yaml first)."""
+    out = work / f"hydra_basic_{uuid.uuid4().hex[:8]}"
+    cmd = [sys.executable, NOOP, "-m", "hydra/sweeper=basic", f"hydra.sweep.dir={out}", f"lr=range(0,{trials})"]
+    run_workers(cmd, 1, work, env)
+    starts = sorted((out / str(i) / ".hydra" / "overrides.yaml").stat().st_mtime for i in range(trials))
+    windows_ms = {}
+    for a, b in windows(trials):
+        lo, hi = (a, b) if b < trials else (a - 1, b - 1)  # job i's time: start of i+1 minus start of i
+        windows_ms[f"trials {a + 1}-{b}"] = 1000 * (starts[hi] - starts[lo]) / (hi - lo)
+    return windows_ms
+
+
 def run_workers(cmd: list[str], workers: int, cwd: Path, env: dict) -> float:
     started = time.perf_counter()
     procs = [
@@ -97,6 +113,8 @@ def main() -> int:
         }
         if args.postgres:
             urls["postgresql"] = lambda: args.postgres
+        print(f"Hydra's basic sweeper: {args.trials} jobs", file=sys.stderr, flush=True)
+        hydra_ms = hydra_basic(args.trials, work, env)
         for kind, make_url in ((k, u) for k, u in urls.items() if k in args.storages):
             for workers in args.workers:
                 row = {"storage": kind, "workers": workers, "trials": args.trials}
@@ -110,10 +128,14 @@ def main() -> int:
                         import optuna
 
                         optuna.delete_study(study_name=study, storage=url)
+                row["hydra_basic_windows_ms"] = hydra_ms  # one worker: Hydra's sweeper has no shared study
                 w_ours, w_base = row["grpo_lab"]["windows_ms"], row["baseline"]["windows_ms"]
                 first, last = next(iter(w_ours)), list(w_ours)[-1]
                 row["growth_last_vs_first"] = w_ours[last] / w_ours[first]
                 row["ratio_median"] = statistics.median(w_ours[k] / w_base[k] for k in w_ours)
+                # What grpo_lab adds to Hydra's own cost of a job (one worker: ms per trial, per window).
+                if workers == 1:
+                    row["own_ms_median"] = statistics.median(w_ours[k] - hydra_ms[k] for k in w_ours)
                 rows.append(row)
                 print(table([row]), flush=True)
     print(table(rows))
@@ -128,8 +150,12 @@ def table(rows: list[dict]) -> str:
         lines.append(f"{head}: grpo_lab {r['grpo_lab']['ms_per_trial']:.1f} ms/trial overall, "
                      f"Optuna's optimize {r['baseline']['ms_per_trial']:.1f}; last/first window "
                      f"{r['growth_last_vs_first']:.2f}x; median ratio {r['ratio_median']:.2f}x")  # fmt: skip
+        if "own_ms_median" in r:
+            lines.append(f"    grpo_lab's own cost beyond Hydra's per-job cost: ~{r['own_ms_median']:.0f} ms a trial")
+        lines.append(f"    {'window':<16} {'grpo_lab':>9}    {'Optuna':>9}    {'Hydra basic':>11}")
         for k, v in r["grpo_lab"]["windows_ms"].items():
-            lines.append(f"    {k:<16} {v:8.1f} ms vs {r['baseline']['windows_ms'][k]:8.1f} ms")
+            base, hydra = r["baseline"]["windows_ms"][k], r["hydra_basic_windows_ms"][k]
+            lines.append(f"    {k:<16} {v:8.1f} ms {base:8.1f} ms {hydra:10.1f} ms")
     return "\n".join(lines)
 
 

@@ -50,7 +50,14 @@ def _parser() -> Any:
 # ----------------------------------------------------------------------------------------------- parse
 def parse_all(texts: Iterable[str]) -> list[Override]:
     """Overrides in Hydra's grammar; a bad one raises Hydra's OverrideParseException, which says what is wrong."""
-    return _parser().parse_overrides(list(texts))
+    return [_parse_one(text) for text in texts]
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_one(text: str) -> Override:
+    # Cached: a sweep re-reads the same trial overrides after every batch (best.yaml, the re-run command), and
+    # Hydra's ANTLR parser costs ~1 ms an override. Callers only read the Override it returns.
+    return _parser().parse_overrides([text])[0]
 
 
 def parse(text: str) -> Override:
