@@ -4,9 +4,11 @@ Both run a no-op objective (benchmarks/baselines/noop_sweep_app.py through grpo_
 benchmarks/baselines/plain_optuna.py), random sampler, same storage, with 1 and 4 worker processes on one
 study. A second baseline splits the cost: Hydra's own basic sweeper launching the same number of no-op jobs
 of the same app and conf/ (no Optuna, no storage), i.e. what any Hydra sweeper pays per job to compose the
-job's config and set up its folder and logging; grpo_lab's sweeper minus that is its own cost. The time per trial is read from the study itself (consecutive completion times), in windows at the
-start, the middle and the end of the study, so that growth with the number of trials shows:
-O(1) per trial means the last window costs what the first does. Goal: flat.
+job's config and set up its folder and logging; grpo_lab's sweeper minus that is its own cost.
+
+The time per trial is read from the study itself (consecutive completion times; Hydra's jobs: their start
+times), in windows at the start, the middle and the end of the study, so that growth with the number of
+trials shows: O(1) per trial means the last window costs what the first does. Goal: flat.
 
     python benchmarks/sweeper_scaling.py                  # 100 trials; SQLite, journal (+ PostgreSQL)
     python benchmarks/sweeper_scaling.py --trials 1000    # the growth over 1,000 (long: ~0.3 s a trial)
