@@ -99,6 +99,8 @@ def machine() -> dict:
         "python": platform.python_version(),
         "versions": {d: version(d) for d in ("torch", "trl", "transformers", "hydra-core", "optuna", "wandb")},
         "git_sha": sha or None,
+        # what produced the file, as typed from the repository root (benchmarks/report.py shows it)
+        "command": " ".join(["python", str(Path(sys.argv[0]).resolve().relative_to(REPO)), *sys.argv[1:]]),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
