@@ -568,3 +568,32 @@ def test_a_sweep_keeps_only_the_best_model(tmp_path, model_cache):
     best = yaml.safe_load((sweep_dir / "best.yaml").read_text())
     assert best["model"] == str(Path(study.best_trial.user_attrs["run_dir"]) / "model")
     assert f"Kept models (keep_models=best): {best['model']}" in proc.stdout
+
+
+_WRITE_BEST_LOOP = """
+import sys
+from pathlib import Path
+
+import optuna
+
+from grpo_lab.sweep.report import write_best
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+study = optuna.create_study(direction="maximize")
+study.optimize(lambda t: t.suggest_float("lr", 1e-6, 1e-4, log=True), n_trials=1)
+for _ in range(300):
+    write_best(study, Path(sys.argv[1]), metrics=["objective"], storage="memory")
+"""
+
+
+def test_workers_rewriting_best_yaml_at_once_never_break_each_other(tmp_path):
+    """Every worker of a shared study rewrites best.yaml after each batch; with short trials they do so at the
+    same moment (the sweeper_scaling benchmark's 4 workers did: a shared temporary name killed one sweep)."""
+    path = tmp_path / "best.yaml"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WRITE_BEST_LOOP, str(path)], stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    errors = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+    assert all(code == 0 for code, _ in errors), [err[-2000:] for _, err in errors]
+    assert yaml.safe_load(path.read_text())["study"] and not [p for p in tmp_path.iterdir() if p != path]

@@ -142,11 +142,12 @@ def write_best(study: Any, path: Path, *, metrics: list[str], storage: str) -> P
     else:
         data["pareto_front"] = entries
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    from grpo_lab.records import write_atomic
     from grpo_lab.redact import redact
 
-    tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(redact(data))), encoding="utf-8")
-    tmp.replace(path)
+    # Every worker of a shared study rewrites best.yaml: each through its own temporary file (one shared
+    # `best.tmp` let one worker's rename take the file from under another's: FileNotFoundError, the sweep died).
+    write_atomic(path, OmegaConf.to_yaml(OmegaConf.create(redact(data))))
     return path
 
 
