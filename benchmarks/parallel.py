@@ -8,7 +8,6 @@ sequential wall / parallel wall. Goal: >= 1.7x on 2 cores.
     python benchmarks/parallel.py             # 5 pairs after a warm-up; writes results/parallel.json
     python benchmarks/parallel.py --pairs 3 --trials 2
 
-Status: written, not yet run end to end (the session ran out of machine time); treat as a draft.
 """
 
 from __future__ import annotations

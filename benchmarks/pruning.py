@@ -9,8 +9,6 @@ against no pruning the share of steps saved and Welch's p between the two best c
 Goal: >= 40% fewer steps, best not distinguishable from the unpruned one's.
 
     python benchmarks/pruning.py            # writes results/pruning.json (~5 min on 2 cores)
-
-Status: written, not yet run end to end (the session ran out of machine time); treat as a draft.
 """
 
 from __future__ import annotations

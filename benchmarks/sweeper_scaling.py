@@ -69,6 +69,12 @@ def hydra_basic(trials: int, work: Path, env: dict) -> dict[str, float]:
     return windows_ms
 
 
+def _create(url: str, study: str) -> None:
+    import optuna
+
+    optuna.create_study(study_name=study, storage=storage(url), direction="maximize", load_if_exists=True)
+
+
 def run_workers(cmd: list[str], workers: int, cwd: Path, env: dict) -> float:
     started = time.perf_counter()
     procs = [
@@ -122,6 +128,8 @@ def main() -> int:
                 row = {"storage": kind, "workers": workers, "trials": args.trials}
                 for side, build in (("grpo_lab", ours), ("baseline", plain)):
                     url, study = make_url(), f"scaling_{uuid.uuid4().hex[:8]}"
+                    if side == "baseline":  # Optuna's workers racing to create one SQLite schema fail; ours lock
+                        _create(url, study)
                     print(f"{kind}, {workers} worker(s), {side}: {args.trials} trials", file=sys.stderr, flush=True)
                     wall = run_workers(build(url, study, args.trials, work), workers, work, env)
                     row[side] = {"wall_s": wall, "ms_per_trial": 1000 * wall / args.trials}
