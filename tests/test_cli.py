@@ -68,6 +68,47 @@ def test_help_lists_groups_without_torch(tmp_path, model_cache):
     assert "torch" not in imported
 
 
+def _groups(help_text: str) -> dict[str, list[str]]:
+    """The `group: a, b` lines of a help text, without the groups' shared `_` bases."""
+    lines = help_text.split("== Config groups ==")[1].split("== Config ==")[0].splitlines()
+    pairs = [line.split(": ", 1) for line in lines if ": " in line]
+    return {group: [o for o in options.split(", ") if not o.startswith("_")] for group, options in pairs}
+
+
+def test_help_lists_what_hydra_lists_and_the_chosen_values(tmp_path, model_cache):
+    """grpo_lab's own listing (no `--config-dir`) against Hydra's (`--config-dir` makes grpo_lab leave the help to
+    Hydra), with a user's folder adding an option and a sweep; the knob line shows the overrides' values."""
+    user = tmp_path / "team"
+    (user / "model").mkdir(parents=True)
+    (user / "sweeps").mkdir()
+    (user / "model" / "my_model.yaml").write_text("defaults: [tiny]\n")
+    (user / "sweeps" / "my_sweep.yaml").write_text("# @package _global_\nname: mine\n")
+    env = cli_env(model_cache, GRPO_LAB_CONFIG=str(user))
+    ours = subprocess.run(
+        [sys.executable, "-m", "grpo_lab", "--help", "experiment=smoke", "beta=0.5", "-m", "lr=1e-5,2e-5"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    hydras = subprocess.run(
+        [sys.executable, "-m", "grpo_lab", "--help", "--config-dir", str(empty)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ours.returncode == 0 and hydras.returncode == 0, ours.stderr + hydras.stderr
+    assert _groups(ours.stdout) == _groups(hydras.stdout)
+    assert "my_model" in _groups(ours.stdout)["model"] and "my_sweep" in _groups(ours.stdout)["sweep"]
+    assert "_base" not in ours.stdout and "_base" in hydras.stdout
+    assert "lr=0.0001  beta=0.5  num_generations=4" in ours.stdout  # smoke's lr (the grid's is left out)
+
+
 def test_typo_fails_fast_with_suggestion_and_no_wandb_run(tmp_path, model_cache):
     proc = run_cli(["experiment=smoke", "num_generation=4"], tmp_path, model_cache, timeout=60)
     assert proc.returncode == 1

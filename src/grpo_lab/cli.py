@@ -242,6 +242,9 @@ def main() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         args, swept = prepare_overrides([a for a in argv if a != "--verbose"])
+        if (text := _fast_help(args)) is not None:
+            print(text)
+            return
         if swept:
             os.environ[SWEPT_ENV] = ",".join(swept)
         sys.argv = [sys.argv[0], *_resume_run_dir(args)]
@@ -256,6 +259,19 @@ def main() -> None:
 
         multirun_end.finish_failed()  # a grid that a failed job ended: the others' results still shown
         sys.exit(_report(e))
+
+
+def _fast_help(args: list[str]) -> str | None:
+    """`--help` with nothing but overrides (and `-m`): grpo_lab.help's text, without Hydra's slow group walk.
+    None for anything else (`--hydra-help`, `--config-dir`, another config), which Hydra answers itself."""
+    positions = set(_override_positions(args))
+    flags = {a for i, a in enumerate(args) if i not in positions}
+    if not flags & {"--help", "-h"} or not flags <= {"--help", "-h", "-m", "--multirun"}:
+        return None
+    from grpo_lab import help as help_mod
+
+    # A grid's values (`lr=1e-5,2e-5`) cannot compose one config: the help shows the other overrides' values.
+    return help_mod.app_help([args[i] for i in sorted(positions) if not ov.parse(args[i]).is_sweep_override()])
 
 
 def side_command(task_fn: Any, argv: list[str], run_dir: str) -> None:
