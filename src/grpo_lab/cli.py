@@ -16,7 +16,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_lab import interrupts
+from grpo_lab import interrupts, startup
 from grpo_lab import overrides as ov
 from grpo_lab.errors import describe
 from grpo_lab.paths import CONF_DIR, CONFIG_ENV, SWEEPS_DIR, cache_dir, config_groups, sweep_files
@@ -234,6 +234,7 @@ def _report(error: Exception) -> int:
 def main() -> None:
     """`python -m grpo_lab [--verbose] OVERRIDES...`: user and environment errors end in one line and exit 1;
     `--verbose` (or HYDRA_FULL_ERROR=1) prints their full traceback instead."""
+    startup.pause()  # until training begins: see grpo_lab.startup
     argv = sys.argv[1:]
     verbose = "--verbose" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ[VERBOSE_ENV] = "1" if verbose else "0"

@@ -14,6 +14,9 @@ from pathlib import Path
 
 
 def main(job_file: str) -> int:
+    from grpo_lab import startup
+
+    startup.pause()  # until training begins: see grpo_lab.startup
     import optuna
 
     from grpo_lab import config as config_mod

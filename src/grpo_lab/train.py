@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from grpo_lab import data as data_mod
-from grpo_lab import health, interrupts, models, records
+from grpo_lab import health, interrupts, models, records, startup
 from grpo_lab.config import RunConfig, to_grpo_config
 from grpo_lab.errors import GrpoLabError
 from grpo_lab.evaluate import EvalResult, change_metrics, evaluate
@@ -421,6 +421,7 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
 def _train_and_evaluate(job: _Job, recorder: Recorder) -> RunResult:
     reporter = _start_tracking(job)
     model, tokenizer = _load_model(job, recorder)
+    startup.resume()  # imports and loading are done; before any generation (grpo_lab.startup)
     _evaluate_before(job, recorder, model, tokenizer)
     trainer, monitor = _train(job, recorder, model, tokenizer, reporter)
     if monitor.halted is not None:
