@@ -66,10 +66,21 @@ def summary(name: str, ours: list[Sample], base: list[Sample], baseline: str) ->
     for key in ("wall_s", "cpu_s", "peak_rss_mib"):
         row[key] = {"grpo_lab": stats(ours, key), "baseline": stats(base, key)}
         # the median of the per-pair ratios: each pair ran back to back, under the same conditions
-        row[key]["ratio_median"] = statistics.median(
-            getattr(x, key) / getattr(y, key) for x, y in zip(ours, base, strict=True)
-        )
+        ratios = [getattr(x, key) / getattr(y, key) for x, y in zip(ours, base, strict=True)]
+        row[key]["ratios"] = ratios
+        row[key]["ratio_median"] = statistics.median(ratios)
     return row
+
+
+def regressions(rows: list[dict], goal: float, keys: tuple[str, ...] = ("wall_s",)) -> list[str]:
+    """`case: metric` for each measure whose every pair was above `goal`: a regression that the machine's noise
+    does not explain (a command at the goal does this by chance once in 2**pairs). The CI check's rule."""
+    return [
+        f"{r['case']}: {key} {r[key]['ratio_median']:.3f}x (every pair above {goal}x)"
+        for r in rows
+        for key in keys
+        if min(r[key].get("ratios") or [r[key]["ratio_median"]]) > goal
+    ]
 
 
 def table(rows: list[dict]) -> str:

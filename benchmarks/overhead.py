@@ -9,6 +9,7 @@ tiny model.
 
     python benchmarks/overhead.py                  # both cases, 5 pairs after a warm-up; results/overhead.json
     python benchmarks/overhead.py --cases tiny --pairs 3
+    python benchmarks/overhead.py --quick --check   # CI: tiny, 3 pairs; exit 1 when every pair is above the goal
 """
 
 from __future__ import annotations
@@ -61,8 +62,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--cases", default="tiny,smollm2", help="tiny, smollm2 or both")
+    parser.add_argument("--quick", action="store_true", help="the tiny case, 3 pairs (CI)")
+    parser.add_argument("--check", action="store_true", help=f"exit 1 when every tiny pair is above {GOAL}x")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    if args.quick:
+        args.cases, args.pairs = "tiny", 3
     chosen = [name for name in CASES if name.lower().split(",")[0].split("-")[0] in args.cases.lower()]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,7 +94,10 @@ def main() -> int:
             for key in ("wall_s", "peak_rss_mib"):
                 verdict = "meets" if r[key]["ratio_median"] <= GOAL else "misses"
                 print(f"{r['case']}: {key} {r[key]['ratio_median']:.3f}x {verdict} the goal of {GOAL}x")
-    return 0
+    failed = _pairs.regressions([r for r in rows if r["case"].startswith("tiny")], GOAL, ("wall_s", "peak_rss_mib"))
+    if args.check and failed:
+        print("regression:\n  " + "\n  ".join(failed))
+    return 1 if (args.check and failed) else 0
 
 
 if __name__ == "__main__":
