@@ -140,6 +140,7 @@ def _job_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def task(cfg: DictConfig) -> float:
     """One Hydra job: validate, train, summarise; returns the objective."""
+    startup.pause()  # also in a launcher's worker process, and for each job of a multirun (grpo_lab.startup)
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 

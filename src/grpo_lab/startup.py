@@ -17,7 +17,8 @@ _paused = False
 
 
 def pause() -> None:
-    """Called first by an entry point (`python -m grpo_lab`, a multi-process job's child)."""
+    """Called first by an entry point (`python -m grpo_lab`, a multi-process job's child) and by each Hydra job
+    (a joblib or submitit worker imports torch for its first job too)."""
     global _paused
     if gc.isenabled():
         gc.disable()
