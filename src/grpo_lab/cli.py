@@ -140,7 +140,7 @@ def _job_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def task(cfg: DictConfig) -> float:
     """One Hydra job: validate, train, summarise; returns the objective."""
-    startup.pause()  # also in a launcher's worker process, and for each job of a multirun (grpo_lab.startup)
+    startup.pause()  # until the job's model is loaded (grpo_lab.startup); in a launcher's worker process too
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -174,6 +174,7 @@ def task(cfg: DictConfig) -> float:
             from grpo_lab.launch import run_children
 
             slot = HydraConfig.get().job.get("num", 0) if multirun else 0
+            startup.resume()  # this process only waits for its children, which load the model
             result = run_children(run_cfg, context, slot=int(slot or 0), env=dict(os.environ))
         else:
             result = run(run_cfg, context)
@@ -188,6 +189,9 @@ def task(cfg: DictConfig) -> float:
         else:
             log.error("%s", line)
         sys.exit(1)
+    finally:
+        if multirun:  # the next job runs in this process: a job that failed before its model loaded resumes here
+            startup.resume()
     from grpo_lab.records import write_summary
 
     text = summary.format_run(result)
@@ -235,7 +239,6 @@ def _report(error: Exception) -> int:
 def main() -> None:
     """`python -m grpo_lab [--verbose] OVERRIDES...`: user and environment errors end in one line and exit 1;
     `--verbose` (or HYDRA_FULL_ERROR=1) prints their full traceback instead."""
-    startup.pause()  # until training begins: see grpo_lab.startup
     argv = sys.argv[1:]
     verbose = "--verbose" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ[VERBOSE_ENV] = "1" if verbose else "0"

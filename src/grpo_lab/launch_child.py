@@ -16,7 +16,7 @@ from pathlib import Path
 def main(job_file: str) -> int:
     from grpo_lab import startup
 
-    startup.pause()  # until training begins: see grpo_lab.startup
+    startup.pause()  # until the model is loaded: see grpo_lab.startup
     import optuna
 
     from grpo_lab import config as config_mod

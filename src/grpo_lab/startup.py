@@ -3,10 +3,12 @@
 Importing torch, transformers and TRL creates millions of long-lived objects, and Python's full (oldest
 generation) collections rescan all of them: about 9 such passes, ~1 s, before the first training step of a
 short run on 2 CPU cores (measured with gc.callbacks; benchmarks/overhead.py), paid again by every process
-that starts a job. The entry points pause the collector; the run resumes it once everything is imported and
-the model loaded, before any generation (whose garbage must not pile up), with one full pass (the imports'
+that starts a job. Each job pauses the collector as it starts; the run resumes it once everything is imported
+and the model loaded, before any generation (whose garbage must not pile up), with one full pass (the imports'
 reference cycles are freed, ~0.2 s) and then moves everything left into the permanent generation
-(`gc.freeze`), so later full passes during training skip the import-time objects.
+(`gc.freeze`), so later full passes during training skip the import-time objects. A process that goes on
+after its job without having trained (a multirun's next job after a failure, the parent of a multi-process
+job that waits for its children) resumes it too (grpo_lab.cli).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ _paused = False
 
 
 def pause() -> None:
-    """Called first by an entry point (`python -m grpo_lab`, a multi-process job's child) and by each Hydra job
-    (a joblib or submitit worker imports torch for its first job too)."""
+    """Called as a job starts: by each Hydra job (in `python -m grpo_lab`, or in a joblib or submitit worker)
+    and by a multi-process job's child. Not by the process that only runs a sweep or waits for children."""
     global _paused
     if gc.isenabled():
         gc.disable()
