@@ -49,7 +49,8 @@ def _windows(w: dict) -> str:
 def rows() -> list[list[str]]:
     out: list[list[str]] = []
     sources = {}
-    for name in ("overhead", "compose", "sweeper_scaling", "pruning", "parallel"):
+    # sweeper_scaling_1000: the same benchmark with `--trials 1000` on fewer storages, kept beside the 100-trial run
+    for name in ("overhead", "compose", "sweeper_scaling", "sweeper_scaling_1000", "pruning", "parallel"):
         path = RESULTS / f"{name}.json"
         if not path.exists():
             continue
@@ -70,7 +71,7 @@ def rows() -> list[list[str]]:
                     f"{med:.2f}x ({min(ratios):.2f}-{max(ratios):.2f}), {r['pairs']} pairs", ">= 1.7x",
                     "met" if med >= 1.7 else "missed",
                 ])  # fmt: skip
-        elif name == "sweeper_scaling":
+        elif name.startswith("sweeper_scaling"):
             for r in data["rows"]:
                 w = r["grpo_lab"]["windows_ms"]
                 own = f"; own cost beyond Hydra's ~{r['own_ms_median']:.0f}" if "own_ms_median" in r else ""
