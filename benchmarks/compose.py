@@ -56,10 +56,7 @@ def main() -> int:
     over = [r["case"] for r in rows if r["wall_s"]["ratio_median"] > GOAL]
     if over:
         print(f"median above the goal of {GOAL}x wall: {', '.join(over)}")
-    failed = _pairs.regressions([r for r in rows if r["case"] in CHECKED], GOAL)
-    if args.check and failed:
-        print("regression:\n  " + "\n  ".join(failed))
-    return 1 if (args.check and failed) else 0
+    return _pairs.check_exit(_pairs.regressions([r for r in rows if r["case"] in CHECKED], GOAL), args.check)
 
 
 if __name__ == "__main__":

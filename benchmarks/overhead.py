@@ -95,9 +95,7 @@ def main() -> int:
                 verdict = "meets" if r[key]["ratio_median"] <= GOAL else "misses"
                 print(f"{r['case']}: {key} {r[key]['ratio_median']:.3f}x {verdict} the goal of {GOAL}x")
     failed = _pairs.regressions([r for r in rows if r["case"].startswith("tiny")], GOAL, ("wall_s", "peak_rss_mib"))
-    if args.check and failed:
-        print("regression:\n  " + "\n  ".join(failed))
-    return 1 if (args.check and failed) else 0
+    return _pairs.check_exit(failed, args.check)
 
 
 if __name__ == "__main__":
