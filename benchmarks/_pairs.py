@@ -45,16 +45,24 @@ def measure(cmd: list[str], *, env: dict[str, str], cwd: Path, expect: int = 0) 
 
 def alternate(a, b, pairs: int, warmup: int = 1) -> tuple[list[Sample], list[Sample]]:
     """Run the zero-argument callables `a` and `b` as A B / B A pairs after `warmup` runs of each."""
-    for _ in range(warmup):
-        a(), b()
-    xs, ys = [], []
-    for i in range(pairs):
-        if i % 2 == 0:
-            xs.append(a()), ys.append(b())
-        else:
-            ys.append(b()), xs.append(a())
-        print(f"  pair {i + 1}/{pairs}: {xs[-1].wall_s:.2f} s vs {ys[-1].wall_s:.2f} s", file=sys.stderr, flush=True)
+    xs, ys = rounds([a, b], pairs, warmup)
     return xs, ys
+
+
+def rounds(fns: list, n: int, warmup: int = 1) -> list[list[Sample]]:
+    """Run the zero-argument callables `n` times each after `warmup` runs, rotating their order every round
+    (A B C, B C A, C A B, ...) so that no arm always runs first; one list of samples per callable."""
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    out: list[list[Sample]] = [[] for _ in fns]
+    for i in range(n):
+        for k in range(len(fns)):
+            j = (i + k) % len(fns)
+            out[j].append(fns[j]())
+        walls = " vs ".join(f"{samples[-1].wall_s:.2f}" for samples in out)
+        print(f"  round {i + 1}/{n}: {walls} s", file=sys.stderr, flush=True)
+    return out
 
 
 def summary(name: str, ours: list[Sample], base: list[Sample], baseline: str) -> dict:
