@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from grpo_lab.redact import redact
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 
@@ -125,8 +127,9 @@ def machine() -> dict:
         "python": platform.python_version(),
         "versions": {d: version(d) for d in ("torch", "trl", "transformers", "hydra-core", "optuna", "wandb")},
         "git_sha": sha or None,
-        # what produced the file, as typed from the repository root (benchmarks/report.py shows it)
-        "command": " ".join(["python", str(Path(sys.argv[0]).resolve().relative_to(REPO)), *sys.argv[1:]]),
+        # what produced the file, as typed from the repository root (benchmarks/report.py shows it), with a
+        # storage URL's password masked (`--postgres`)
+        "command": redact(" ".join(["python", str(Path(sys.argv[0]).resolve().relative_to(REPO)), *sys.argv[1:]])),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 

@@ -49,8 +49,9 @@ def _windows(w: dict) -> str:
 def rows() -> list[list[str]]:
     out: list[list[str]] = []
     sources = {}
-    # sweeper_scaling_1000: the same benchmark with `--trials 1000` on fewer storages, kept beside the 100-trial run
-    for name in ("overhead", "compose", "sweeper_scaling", "sweeper_scaling_1000", "pruning", "parallel"):
+    # sweeper_scaling_1000*: the same benchmark with `--trials 1000` (a storage set per file), beside the 100-trial one
+    scaling = sorted(p.stem for p in RESULTS.glob("sweeper_scaling*.json"))
+    for name in ("overhead", "compose", *scaling, "pruning", "parallel"):
         path = RESULTS / f"{name}.json"
         if not path.exists():
             continue
