@@ -127,11 +127,22 @@ def machine() -> dict:
         "python": platform.python_version(),
         "versions": {d: version(d) for d in ("torch", "trl", "transformers", "hydra-core", "optuna", "wandb")},
         "git_sha": sha or None,
-        # what produced the file, as typed from the repository root (benchmarks/report.py shows it), with a
-        # storage URL's password masked (`--postgres`)
-        "command": redact(" ".join(["python", str(Path(sys.argv[0]).resolve().relative_to(REPO)), *sys.argv[1:]])),
+        "command": _command(sys.argv),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def _command(argv: list[str]) -> str:
+    """What produced a results file, as typed from the repository root (benchmarks/report.py shows it): paths
+    inside the repository relative to it (an `--out` given as an absolute path too), a storage URL's password
+    masked (`--postgres`)."""
+
+    def typed(arg: str) -> str:
+        path = Path(arg).resolve()
+        inside = Path(arg).is_absolute() and path.is_relative_to(REPO)
+        return str(path.relative_to(REPO)) if inside else arg
+
+    return redact(" ".join(["python", typed(str(Path(argv[0]).resolve())), *map(typed, argv[1:])]))
 
 
 def write(name: str, rows: list[dict], out: Path | None) -> Path:
