@@ -1,5 +1,9 @@
 """What pruning saves: the same sweep with the median pruner, successive halving and no pruner.
 
+The shipped pruners also prune a trial with no learning signal (`prune_no_signal: true`: the health rule
+no_signal, rewards flat within groups for health.patience logs); `median_alone` is the median pruner with it
+off, to show what each part saves.
+
 A sweep whose objective really differs across configs (the tiny model's length reward, train/reward_end,
 over a log-scale lr and an ideal length of 2, 10 or 40 characters: an ideal of 2 scores 0 whatever the lr),
 12 search trials, TPE with the same seed, then the best config re-run with 2 more seeds (confirmation
@@ -25,7 +29,12 @@ PRUNERS = {  # name: overrides
     "none": ["hydra/sweeper/pruner=none"],
     "median": ["hydra/sweeper/pruner=median", "hydra.sweeper.pruner.n_startup_trials=3"],
     "successive_halving": ["hydra/sweeper/pruner=successive_halving", "hydra.sweeper.pruner.min_resource=2"],
-}
+    # Optuna's median pruner alone: what the dead-trial rule (prune_no_signal, on in the others) adds
+    "median_alone": [
+        "hydra/sweeper/pruner=median", "hydra.sweeper.pruner.n_startup_trials=3",
+        "hydra.sweeper.pruner.prune_no_signal=false",
+    ],
+}  # fmt: skip
 SWEEP = """# @package _global_
 defaults:
   - override /hydra/sweeper: grpo_optuna

@@ -273,6 +273,51 @@ def test_pruning_stops_a_clearly_bad_trial_early(tmp_path, model_cache):
     assert "pruned" in run.tags and run.state == "finished"
 
 
+DEAD_SWEEP = """
+hydra:
+  sweeper:
+    study_name: dead
+    n_trials: 1
+    objectives: [{metric: train/reward_end, direction: maximize}]
+    # The first trial: the median pruner has no finished trial to compare it with.
+    pruner: {n_startup_trials: 1, n_warmup_steps: 0}
+    params:
+      # An ideal length of 2 characters: every completion scores 0, so reward_std is 0 at every step.
+      reward.functions.length.ideal_length: choice(2, 40)
+    enqueue:
+      - {reward.functions.length.ideal_length: 2}
+"""
+
+
+@pytest.mark.parametrize("prune_no_signal", [True, False])
+def test_a_trial_without_learning_signal_is_pruned_before_the_pruner_could_compare_it(
+    tmp_path, model_cache, prune_no_signal
+):
+    args = write_sweep(tmp_path / "conf", "dead", DEAD_SWEEP)
+    switch = f"hydra.sweeper.pruner.prune_no_signal={str(prune_no_signal).lower()}"
+    proc = run_cli(
+        ["-m", *args, *FAST, "max_steps=6", "eval.after=false", "health.patience=3", switch],
+        tmp_path,
+        model_cache,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (trial,) = load_study(tmp_path, "dead").trials
+    history = tmp_path / "outputs" / "sweeps" / "dead" / "trial_0" / "history.jsonl"
+    steps = [json.loads(line)["step"] for line in history.read_text().splitlines()]
+    metrics = json.loads((history.parent / "metrics.json").read_text())
+    assert metrics["health"][0]["rule"] == "no_signal" and metrics["health"][0]["step"] == 3
+    if prune_no_signal:  # the default of the median pruner's file
+        assert trial.state == TrialState.PRUNED and steps == [1, 2, 3]
+        why = trial.user_attrs["pruned"]
+        assert why.startswith("pruned at step 3, no learning signal for 3 logs (reward = 0, reward_std = 0"), why
+        assert "every reward is 0" in why
+        assert metrics["status"] == "pruned" and metrics["metrics"]["pruned/step"] == 3
+        assert metrics["pruned"] == trial.user_attrs["pruned"]
+    else:  # warned, and trained to the end: nothing to compare it with yet
+        assert trial.state == TrialState.COMPLETE and steps == list(range(1, 7))
+
+
 WILCOXON_SWEEP = """
 hydra:
   sweeper:

@@ -154,13 +154,21 @@ def _monitor_callback(cfg: RunConfig, recorder: Recorder, eval_set: Any, reporte
                 self.pending = True
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            decision, halt = self.pending, None
+            decision, halt, dead = self.pending, None, None
             if watch is not None and logs and ("reward" in logs or "loss" in logs):
-                for event in watch.observe(state.global_step, logs):
+                fired = watch.observe(state.global_step, logs)
+                for event in fired:
                     recorder.health_event(event)
                 halt = watch.stop.as_dict() if watch.stop is not None else None
+                # A trial with no learning signal ends PRUNED when its pruner asks for it, even where
+                # health.no_signal=stop: for the sampler it is a bad config, not a failed run.
+                dead = next((e for e in fired if e.rule == "no_signal"), None) if reporter is not None else None
+                if dead is not None and reporter.no_signal and halt is not None and halt["rule"] == "no_signal":
+                    halt = None
             if reporter is not None and logs and "reward" in logs and halt is None:
                 decision = reporter.observe_log(state.global_step, logs) or decision
+            if dead is not None and reporter.observe_no_signal(dead.step, dead.message):
+                decision = True
             if args.world_size > 1:  # every process logs at the same steps, so all of them meet here
                 from accelerate.utils import broadcast_object_list
 

@@ -14,6 +14,8 @@ from typing import Any
 
 from grpo_lab.errors import ConfigError
 
+PRUNE_NO_SIGNAL = "prune_no_signal"  # grpo_lab's key in a pruner's config; the rest is Optuna's
+
 
 def build_sampler(spec: Mapping[str, Any], seed: int | None) -> Any:
     """The sampler of `spec`, seeded with `seed` (the sweep's seed + the worker's number) if it takes a seed."""
@@ -24,7 +26,16 @@ def build_pruner(spec: Mapping[str, Any] | None) -> Any:
     """The pruner of `spec`; Optuna's NopPruner for None (a trial that is not pruned)."""
     import optuna
 
-    return optuna.pruners.NopPruner() if spec is None else _build("pruner", spec)
+    if spec is None:
+        return optuna.pruners.NopPruner()
+    return _build("pruner", {k: v for k, v in spec.items() if k != PRUNE_NO_SIGNAL})
+
+
+def prunes_no_signal(spec: Mapping[str, Any] | None) -> bool:
+    """Whether a trial of a sweep with this pruner also ends, PRUNED, when the health rule `no_signal` fires
+    (grpo_lab's own key of the pruner's config, not Optuna's: a trial whose rewards do not vary within a
+    group has a zero GRPO gradient, so its later steps buy nothing whatever the pruner would say)."""
+    return spec is not None and bool(spec.get(PRUNE_NO_SIGNAL, False)) and prunes(spec)
 
 
 def prunes(spec: Mapping[str, Any]) -> bool:

@@ -59,7 +59,7 @@ class TrialReporter:
         self.number = trial_cfg.number
         self.best_number: int | None = None  # the trial a per-item pruner compared this one with
         from grpo_lab.redact import reveal
-        from grpo_lab.sweep.samplers import build_pruner
+        from grpo_lab.sweep.samplers import build_pruner, prunes_no_signal
         from grpo_lab.sweep.storage import open_storage
 
         # The job's own study object decides should_prune(): it needs the sweep's pruner, not Optuna's default.
@@ -73,6 +73,9 @@ class TrialReporter:
         self.enabled = wanted and source is not None and len(study.directions) == 1
         if wanted and not self.enabled:
             log.info("Trial %d: no intermediate value tracks the objective; pruning is off.", trial_cfg.number)
+        # (a per-item pruner's trials are compared on their evaluation after training, not pruned in it)
+        self.no_signal = self.enabled and source[0] != "items" and prunes_no_signal(trial_cfg.pruner)
+        self.reason: str | None = None  # why a rule other than the pruner's comparison pruned the trial
 
     def observe_log(self, step: int, logs: dict[str, Any]) -> bool:
         """A trainer log row; returns True when training should stop."""
@@ -89,6 +92,17 @@ class TrialReporter:
             return False
         value = metrics.get(self.source[1])
         return value is not None and math.isfinite(value) and self._report(step, value)
+
+    def observe_no_signal(self, step: int, message: str) -> bool:
+        """The health rule `no_signal` fired (health.Monitor's message); returns True when that prunes the
+        trial (its pruner's config says `prune_no_signal: true`). The intermediate value stays the last one
+        reported: a sampler ranks the trial by it, as any pruned trial."""
+        if not self.no_signal or self.pruned:
+            return False
+        self.pruned, self.reason = True, message
+        self.last = (step, self.last[1] if self.last else float("nan"))  # nan: no intermediate value yet
+        log.info("Trial %d pruned at step %d: no learning signal (health.no_signal).", self.number, step)
+        return True
 
     @property
     def per_item(self) -> bool:
@@ -161,4 +175,6 @@ def pruned_error(reporter: TrialReporter) -> Exception:
             f"pruned after {step} eval items ({name} {value:.4g} so far, significantly below "
             f"trial {reporter.best_number}'s on the same items: Wilcoxon signed-rank test)"
         )
+    if reporter.reason is not None:  # it names the values it saw
+        return optuna.TrialPruned(f"pruned at step {step}, {reporter.reason}")
     return optuna.TrialPruned(f"pruned at step {step} (intermediate value {value:.4g})")
