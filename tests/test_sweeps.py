@@ -289,14 +289,15 @@ hydra:
 """
 
 
-@pytest.mark.parametrize("prune_no_signal", [True, False])
+@pytest.mark.parametrize(("prune_no_signal", "action"), [(True, "warn"), (True, "stop"), (False, "warn")])
 def test_a_trial_without_learning_signal_is_pruned_before_the_pruner_could_compare_it(
-    tmp_path, model_cache, prune_no_signal
+    tmp_path, model_cache, prune_no_signal, action
 ):
     args = write_sweep(tmp_path / "conf", "dead", DEAD_SWEEP)
+    rule = ["health.patience=3", f"health.no_signal={action}"]
     switch = f"hydra.sweeper.pruner.prune_no_signal={str(prune_no_signal).lower()}"
     proc = run_cli(
-        ["-m", *args, *FAST, "max_steps=6", "eval.after=false", "health.patience=3", switch],
+        ["-m", *args, *FAST, "max_steps=6", "eval.after=false", *rule, switch],
         tmp_path,
         model_cache,
         timeout=600,
@@ -307,7 +308,7 @@ def test_a_trial_without_learning_signal_is_pruned_before_the_pruner_could_compa
     steps = [json.loads(line)["step"] for line in history.read_text().splitlines()]
     metrics = json.loads((history.parent / "metrics.json").read_text())
     assert metrics["health"][0]["rule"] == "no_signal" and metrics["health"][0]["step"] == 3
-    if prune_no_signal:  # the default of the median pruner's file
+    if prune_no_signal:  # the default of the median pruner's file; pruned, not failed, even where the action is stop
         assert trial.state == TrialState.PRUNED and steps == [1, 2, 3]
         why = trial.user_attrs["pruned"]
         assert why.startswith("pruned at step 3, no learning signal for 3 logs (reward = 0, reward_std = 0"), why
