@@ -57,6 +57,18 @@ def test_no_signal_names_the_likely_cause():
     assert replay(rows(reward=[0.7] * 3, reward_std=[0.2] * 3, frac_reward_zero_std=[0.5] * 3)) == []
 
 
+def test_a_run_that_never_had_a_learning_signal_is_told_from_one_whose_signal_faded():
+    # What a sweep's dead-trial pruning reads (grpo_lab.train): only the first kind is pruned.
+    never, faded = Monitor(config()), Monitor(config())
+    for step, log in enumerate(rows(reward=[0.0] * 3, reward_std=[0.0] * 3), 1):
+        never.observe(step, log)
+    for step, log in enumerate(rows(reward=[0.4, 1.0, 1.0, 1.0], reward_std=[0.3, 0.0, 0.0, 0.0]), 1):
+        faded.observe(step, log)
+    assert [e.rule for e in never.events] == [e.rule for e in faded.events] == ["no_signal"]
+    assert not never.signal_seen and faded.signal_seen
+    assert not Monitor(config()).signal_seen  # nothing seen yet: no signal either
+
+
 def test_length_jumps_and_collapses_against_the_rolling_median_and_clipping():
     key = "completions/mean_length"
     assert replay(rows(**{key: [40, 44, 60, 80, 100, 120, 150]})) == []  # gradual growth follows the median

@@ -64,6 +64,9 @@ class Monitor:
         self.events: list[Event] = []
         self._streak = {"kl": 0, "no_signal": 0, "clipped": 0}
         self._lengths: list[float] = []
+        # Whether any log so far showed a learning signal (reward spread within groups): a trial that never
+        # had one is dead, one whose signal faded for a few logs (e.g. 1 prompt a step, all right) is not.
+        self.signal_seen = False
 
     @property
     def stop(self) -> Event | None:
@@ -110,6 +113,7 @@ class Monitor:
         }
         for rule, now in holds.items():
             self._streak[rule] = self._streak[rule] + 1 if now else 0
+        self.signal_seen |= (std is not None or zero_std is not None) and not holds["no_signal"]
         due = {rule for rule, n in self._streak.items() if n >= c.patience}
         return [
             self._fire(
