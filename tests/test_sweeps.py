@@ -315,6 +315,9 @@ def test_a_trial_without_learning_signal_is_pruned_before_the_pruner_could_compa
         assert "every reward is 0" in why
         assert metrics["status"] == "pruned" and metrics["metrics"]["pruned/step"] == 3
         assert metrics["pruned"] == trial.user_attrs["pruned"]
+        (path,) = find_runs(history.parent)
+        run = read_run(path)
+        assert "pruned" in run.tags and run.summary["pruned/reason"] == why
     else:  # warned, and trained to the end: nothing to compare it with yet
         assert trial.state == TrialState.COMPLETE and steps == list(range(1, 7))
 

@@ -373,7 +373,7 @@ class Recorder:
         error = pruned_error(reporter)
         result = self.result("pruned", **where)
         self.job.tracker.add_tags("pruned")
-        summary = {"status": "pruned", **where}
+        summary = {"status": "pruned", **where, "pruned/reason": str(error)}  # as a failed run's `error`
         self._close(result, summary, exit_code=0, pruned=str(error))
         raise error
 
