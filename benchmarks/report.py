@@ -60,10 +60,11 @@ def rows() -> list[list[str]]:
         if name == "overhead":
             out += _paired(name, data, ("wall_s", "peak_rss_mib"), 1.03, lambda case: case.startswith("tiny"))
         elif name == "compose":
-            out += _paired(name, data, ("wall_s",), 1.2, lambda case: not case.endswith("vs pydantic"))
-            for r in data["rows"]:
+            rows_of = _paired(name, data, ("wall_s",), 1.2, lambda case: not case.endswith("vs pydantic"))
+            for row, r in zip(rows_of, data["rows"], strict=True):  # one row (wall) per case
                 if "reference_vs_bare_wall_ratio_median" in r:  # what pydantic alone costs over the bare app
-                    out[-1][4] += f"; the pydantic app itself {r['reference_vs_bare_wall_ratio_median']:.2f}x bare"
+                    row[4] += f"; the pydantic app itself {r['reference_vs_bare_wall_ratio_median']:.2f}x bare"
+            out += rows_of
         elif name == "parallel":
             for r in data["rows"]:
                 seq, par = r["wall_s"]["baseline"]["raw"], r["wall_s"]["grpo_lab"]["raw"]

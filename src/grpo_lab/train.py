@@ -162,9 +162,9 @@ def _monitor_callback(cfg: RunConfig, recorder: Recorder, eval_set: Any, reporte
                 halt = watch.stop.as_dict() if watch.stop is not None else None
                 # A trial that has had no learning signal since its first log ends PRUNED when its pruner asks
                 # for it, even where health.no_signal=stop: for the sampler it is a bad config, not a failed run.
-                if reporter is not None and not watch.signal_seen:
+                if reporter is not None and reporter.no_signal and not watch.signal_seen:
                     dead = next((e for e in fired if e.rule == "no_signal"), None)
-                if dead is not None and reporter.no_signal and halt is not None and halt["rule"] == "no_signal":
+                if dead is not None and halt is not None and halt["rule"] == "no_signal":
                     halt = None
             if reporter is not None and logs and "reward" in logs and halt is None:
                 decision = reporter.observe_log(state.global_step, logs) or decision

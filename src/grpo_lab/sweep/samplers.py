@@ -35,8 +35,8 @@ def prunes_no_signal(spec: Mapping[str, Any] | None) -> bool:
     """Whether a trial of a sweep with this pruner also ends, PRUNED, when the health rule `no_signal` fires
     before any log showed a signal (grpo_lab's own key of the pruner's config, not Optuna's: a trial whose
     rewards have not varied within a group has a zero GRPO gradient, so its later steps buy nothing whatever
-    the pruner would say)."""
-    return spec is not None and bool(spec.get(PRUNE_NO_SIGNAL, False)) and prunes(spec)
+    the pruner would say). `spec` is what the sweeper hands a trial: None when its pruner cannot prune."""
+    return spec is not None and bool(spec.get(PRUNE_NO_SIGNAL, False))
 
 
 def prunes(spec: Mapping[str, Any]) -> bool:

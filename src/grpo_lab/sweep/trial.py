@@ -74,7 +74,7 @@ class TrialReporter:
         if wanted and not self.enabled:
             log.info("Trial %d: no intermediate value tracks the objective; pruning is off.", trial_cfg.number)
         # (a per-item pruner's trials are compared on their evaluation after training, not pruned in it)
-        self.no_signal = self.enabled and source[0] != "items" and prunes_no_signal(trial_cfg.pruner)
+        self.no_signal = self.enabled and not self.per_item and prunes_no_signal(trial_cfg.pruner)
         self.reason: str | None = None  # why a rule other than the pruner's comparison pruned the trial
 
     def observe_log(self, step: int, logs: dict[str, Any]) -> bool:
