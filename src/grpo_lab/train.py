@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from grpo_lab import data as data_mod
 from grpo_lab import health, interrupts, models, records, startup
@@ -31,6 +32,9 @@ from grpo_lab.evaluate import EvalResult, change_metrics, evaluate
 from grpo_lab.records import RunResult
 from grpo_lab.rewards import build_rewards
 from grpo_lab.tracking import Tracker
+
+if TYPE_CHECKING:
+    from grpo_lab.callbacks import Outcome  # transformers: imported with the trainer, not with this module
 
 log = logging.getLogger("grpo_lab")
 
@@ -89,101 +93,7 @@ def _resume_hint(run_dir: Path) -> str:
     return f" Continue it from step {point.step} with `resume={run_dir}`."
 
 
-# ---------------------------------------------------------------------------------------- callbacks
-def _history_callback(recorder: Recorder) -> Any:
-    """A TrainerCallback that records each log as it happens (history.jsonl survives a crash)."""
-    from transformers import TrainerCallback
-
-    class HistoryWriter(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and state.is_world_process_zero and "reward" in logs:
-                recorder.log_step({"step": state.global_step, **logs})
-
-    return HistoryWriter()
-
-
-# Shown beside TRL's progress bar instead of a 40-key dict per step (the full logs go to W&B and history.jsonl).
-_BAR_KEYS = {h.key: h.short for h in records.HEADLINES}
-
-
-def _quiet_progress_bar() -> Any:
-    """transformers' ProgressCallback, with the key metrics as the bar's postfix instead of printed dicts."""
-    from transformers.trainer_callback import ProgressCallback
-
-    class MetricsProgressBar(ProgressCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if state.is_world_process_zero and self.training_bar is not None and logs:
-                # Only numbers: TRL logs None for a statistic it could not compute (e.g. reward_std of inf rewards).
-                shown = {
-                    short: f"{logs[key]:.3g}"
-                    for key, short in _BAR_KEYS.items()
-                    if isinstance(logs.get(key), int | float) and not isinstance(logs.get(key), bool)
-                }
-                if shown:
-                    self.training_bar.set_postfix(shown, refresh=False)
-
-    return MetricsProgressBar
-
-
-def _monitor_callback(cfg: RunConfig, recorder: Recorder, eval_set: Any, reporter: Any) -> Any:
-    """Periodic held-out evaluation (`eval.every_n_steps`), Optuna pruning and the health rules, as one
-    TrainerCallback; its `stopped` says whether the pruner stopped training, its `halted` which health
-    event did (as a dict), if any.
-
-    Only the main process evaluates, watches the health rules and talks to Optuna; its decisions to stop
-    are broadcast at every log, so that all processes stop at the same step.
-    """
-    from transformers import TrainerCallback
-
-    watch = health.Monitor(cfg.health) if recorder.main else None
-
-    class TrainingMonitor(TrainerCallback):
-        pending = False  # the main process's decision, until the next log shares it
-        stopped = False  # every process: training stopped on the pruner's word
-        halted: dict[str, Any] | None = None  # every process: the health event that stopped training
-
-        def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
-            every = cfg.eval.every_n_steps
-            step = state.global_step
-            if not every or step % every or step >= state.max_steps or not state.is_world_process_zero:
-                return
-            result = evaluate(model, processing_class, eval_set, cfg.eval, desc=f"eval at step {step}")
-            metrics = result.scores()
-            recorder.log_eval(step, metrics)
-            if reporter is not None and reporter.observe_eval(step, metrics):
-                self.pending = True
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            decision, halt, dead = self.pending, None, None
-            if watch is not None and logs and ("reward" in logs or "loss" in logs):
-                fired = watch.observe(state.global_step, logs)
-                for event in fired:
-                    recorder.health_event(event)
-                halt = watch.stop.as_dict() if watch.stop is not None else None
-                # A trial that has had no learning signal since its first log ends PRUNED when its pruner asks
-                # for it, even where health.no_signal=stop: for the sampler it is a bad config, not a failed run.
-                if reporter is not None and reporter.no_signal and not watch.signal_seen:
-                    dead = next((e for e in fired if e.rule == "no_signal"), None)
-                if dead is not None and halt is not None and halt["rule"] == "no_signal":
-                    halt = None
-            if reporter is not None and logs and "reward" in logs and halt is None:
-                decision = reporter.observe_log(state.global_step, logs) or decision
-            if dead is not None and reporter.observe_no_signal(dead.step, dead.message):
-                decision = True
-            if args.world_size > 1:  # every process logs at the same steps, so all of them meet here
-                from accelerate.utils import broadcast_object_list
-
-                decision, halt = broadcast_object_list([decision, halt], from_process=0)
-            if halt is not None:
-                self.halted = halt
-                control.should_training_stop = True
-            elif decision:
-                self.stopped = True
-                control.should_training_stop = True
-
-    return TrainingMonitor()
-
-
+# ------------------------------------------------------------------------------------------ metrics
 def _window_mean(rows: list[dict[str, Any]], key: str, first: bool) -> float:
     values = [r[key] for r in rows if isinstance(r.get(key), int | float)]
     if not values:
@@ -352,30 +262,27 @@ class Recorder:
             log.warning("Health (%s) at step %d: %s", event.flag, event.step, event.message)
         self.job.tracker.alert(f"grpo_lab {self.job.ctx.run_name}: {event.flag} at step {event.step}", event.message)
 
-    def halted(self, event: dict[str, Any]) -> NoReturn:
-        """Training stopped on a health rule: record the run `diverged` (NaN/inf) or `stopped`, then raise."""
-        status = "diverged" if event["rule"] == "nonfinite" else "stopped"
+    def close_halted(self, outcome: Outcome) -> str:
+        """Training stopped on a health rule: record the run `diverged` (NaN/inf) or `stopped`; returns why."""
+        event = outcome.event or {}
         message = (
-            f"Training {status} at step {event['step']} (health.{event['rule']}={event['action']}): {event['message']}"
+            f"Training {outcome.status} at step {event.get('step')} "
+            f"(health.{event.get('rule')}={event.get('action')}): {event.get('message')}"
         )
         if self.main:
-            self.job.tracker.add_tags(status)
-            self._close(self.result(status), {"status": status, "error": message}, exit_code=1, error=message)
+            self.job.tracker.add_tags(outcome.status)
+            self._close(
+                self.result(outcome.status), {"status": outcome.status, "error": message}, exit_code=1, error=message
+            )
         self.closed = True
-        raise TrainingHalted(message)
+        return message
 
-    def pruned(self, reporter: Any) -> NoReturn:
-        """Training stopped early on the pruner's word: record it, close W&B tagged `pruned`, and raise
-        `optuna.TrialPruned` for the sweeper."""
-        from grpo_lab.sweep.trial import pruned_error
-
-        where = reporter.pruned_metrics()
-        error = pruned_error(reporter)
+    def close_pruned(self, where: dict[str, float], reason: str) -> None:
+        """Training (or the evaluation after it) stopped early on the pruner's word: record it, W&B tagged
+        `pruned`, with the reason in its summary as a failed run's `error`."""
         result = self.result("pruned", **where)
         self.job.tracker.add_tags("pruned")
-        summary = {"status": "pruned", **where, "pruned/reason": str(error)}  # as a failed run's `error`
-        self._close(result, summary, exit_code=0, pruned=str(error))
-        raise error
+        self._close(result, {"status": "pruned", **where, "pruned/reason": reason}, exit_code=0, pruned=reason)
 
     def close_on(self, error: BaseException) -> BaseException:
         """Record a run that raised as failed or interrupted; returns the exception to raise (an interrupt
@@ -432,23 +339,37 @@ def _train_and_evaluate(job: _Job, recorder: Recorder) -> RunResult:
     model, tokenizer = _load_model(job, recorder)
     startup.resume()  # imports and loading are done; before any generation (grpo_lab.startup)
     _evaluate_before(job, recorder, model, tokenizer)
-    trainer, monitor = _train(job, recorder, model, tokenizer, reporter)
-    if monitor.halted is not None:
-        recorder.halted(monitor.halted)
-    if monitor.stopped:
-        if job.main:
-            recorder.pruned(reporter)
+    from grpo_lab.callbacks import Outcome
+
+    outcome = Outcome()
+    trainer = _train(job, recorder, model, tokenizer, reporter, outcome)
+    if outcome.status is None:
+        if job.cfg.output.save_model:  # every process: sharded (DeepSpeed/FSDP) weights are gathered here
+            trainer.save_model(str(job.ctx.run_dir / records.MODEL))
+            if job.main:
+                tokenizer.save_pretrained(str(job.ctx.run_dir / records.MODEL))
+        if job.main and job.cfg.eval.after:
+            _evaluate_after(job, recorder, trainer.model, tokenizer, reporter, outcome)
+    return _close(job, recorder, outcome, reporter)
+
+
+def _close(job: _Job, recorder: Recorder, outcome: Outcome, reporter: Any) -> RunResult:
+    """The run ends as its outcome says: finished; pruned (the main process raises `optuna.TrialPruned` for the
+    sweeper); or halted by a health rule (every process raises TrainingHalted)."""
+    if outcome.status is None:
+        return recorder.finished()
+    if outcome.status != "pruned":
+        raise TrainingHalted(recorder.close_halted(outcome))
+    if not job.main:
         return recorder.result("pruned")
-    if job.cfg.output.save_model:  # every process: sharded (DeepSpeed/FSDP) weights are gathered here
-        trainer.save_model(str(job.ctx.run_dir / records.MODEL))
-        if job.main:
-            tokenizer.save_pretrained(str(job.ctx.run_dir / records.MODEL))
-    if job.main and job.cfg.eval.after:
-        _evaluate_after(job, recorder, trainer.model, tokenizer, reporter)
-    return recorder.finished()
+    from grpo_lab.sweep.trial import pruned_error
+
+    error = pruned_error(reporter)
+    recorder.close_pruned(reporter.pruned_metrics(), str(error))
+    raise error
 
 
-def _evaluate_after(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, reporter: Any) -> None:
+def _evaluate_after(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, reporter: Any, outcome: Outcome) -> None:
     """The held-out evaluation after training; a per-item pruner (Wilcoxon) may stop it as the trial is pruned."""
     eval_set = job.pair.eval
     per_item = reporter is not None and reporter.per_item
@@ -463,8 +384,9 @@ def _evaluate_after(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, r
             watch=(lambda batch: reporter.observe_items(batch, len(eval_set))) if per_item else None,
         )
     if per_item and reporter.pruned:
-        recorder.pruned(reporter)
-    recorder.add_eval("eval_after", after)
+        outcome.propose("pruned")
+    else:
+        recorder.add_eval("eval_after", after)
 
 
 def _start_tracking(job: _Job) -> Any:
@@ -507,12 +429,29 @@ def _evaluate_before(job: _Job, recorder: Recorder, model: Any, tokenizer: Any) 
         job.tracker.log(dict(recorder.metrics))
 
 
-def _train(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, reporter: Any) -> tuple[Any, Any]:
-    """GRPOTrainer.train; returns the trainer and the monitor callback (did the pruner or a health rule stop it)."""
+def _callbacks(job: _Job, recorder: Recorder, reporter: Any, outcome: Outcome) -> list[Any]:
+    """One TrainerCallback per concern (grpo_lab.callbacks); StopSync last, to share what the others decided."""
+    from grpo_lab import callbacks
+
+    found: list[Any] = [callbacks.HistoryWriter(recorder)]
+    if job.main:
+        run_eval = functools.partial(evaluate, dataset=job.pair.eval, cfg=job.cfg.eval)
+        found.append(callbacks.PeriodicEval(job.cfg.eval.every_n_steps, run_eval, recorder, reporter, outcome))
+        watch = callbacks.HealthWatch(health.Monitor(job.cfg.health), recorder, outcome)
+        found.append(watch)
+        if reporter is not None:
+            found.append(callbacks.SweepPruning(reporter, watch, outcome))
+    return [*found, callbacks.StopSync(outcome)]
+
+
+def _train(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, reporter: Any, outcome: Outcome) -> Any:
+    """GRPOTrainer.train; the callbacks record on `outcome` whether and why training stopped early."""
+    from transformers.trainer_callback import ProgressCallback
     from trl import GRPOTrainer
 
+    from grpo_lab.callbacks import MetricsProgressBar
+
     recorder.restart_logs()
-    monitor = _monitor_callback(job.cfg, recorder, job.pair.eval, reporter)
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -520,16 +459,14 @@ def _train(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, reporter: 
         args=job.grpo_args,
         train_dataset=job.pair.train,
         peft_config=models.lora_config(job.cfg.model),
-        callbacks=[_history_callback(recorder), monitor],
+        callbacks=_callbacks(job, recorder, reporter, outcome),
     )
     recorder.trainer = trainer
     if not job.grpo_args.disable_tqdm:
-        from transformers.trainer_callback import ProgressCallback
-
         trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(_quiet_progress_bar())
+        trainer.add_callback(MetricsProgressBar)
     resume_from = str(job.resume.checkpoint) if job.resume is not None else None
     with recorder.timed("train"):
         trainer.train(resume_from_checkpoint=resume_from)
     recorder.metrics |= training_metrics(recorder.rows)
-    return trainer, monitor
+    return trainer
