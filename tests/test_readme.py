@@ -1,0 +1,234 @@
+"""Every command in the README runs in a test.
+
+The commands are read from the README's ```bash blocks. Each one must have an entry in CHECKS, else the test
+fails (a command added to the README without a test is caught here):
+
+- `Run`: fast commands (`--help`, `--cfg job`, doctor, check_rewards on the tiny model) really run, as typed.
+- `Compose`: commands that train for minutes are composed exactly as `python -m grpo_lab` composes them
+  (Hydra's config, the sweeper's settings included) and validated by grpo_lab's and TRL's own checks, in
+  this process and without a model; the entry names the test that runs the same command for real
+  (smoke-sized where the real one takes minutes), and that test must exist.
+- `Compare`: the arguments are parsed by `grpo_lab.compare`'s own parser; the named test runs it on a folder.
+- `Make`: the Makefile target runs exactly the command the README says, and the named test runs that command.
+
+`$ command` lines in the README's ```text blocks (example outputs) run too, and print what the README shows.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+import pytest
+
+from conftest import REPO, run_cli
+
+README = REPO / "README.md"
+
+
+@dataclass(frozen=True)
+class Run:
+    expect: str  # printed on stdout
+    codes: tuple[int, ...] = (0,)
+
+
+@dataclass(frozen=True)
+class Compose:
+    covered_by: str  # tests/<file>.py::<test>: runs the same command for real
+
+
+@dataclass(frozen=True)
+class Compare:
+    covered_by: str
+
+
+@dataclass(frozen=True)
+class Make:
+    recipe: str  # the target's command line in the Makefile
+    covered_by: str
+
+
+E2E_SMOKE = "tests/test_e2e.py::test_smoke_run_writes_the_run_folder"
+SWEEP_AND_COMPARE = "tests/test_compare.py::test_a_sweep_folder_compares_its_study"
+
+CHECKS: dict[str, Run | Compose | Compare | Make] = {
+    "make demo": Make("$(PY) -m grpo_lab", "tests/test_quickstart.py::test_quickstart_learns"),
+    "make test": Make("$(PY) -m pytest", "tests/test_readme.py::test_every_readme_command_has_a_check"),
+    "python -m grpo_lab": Compose("tests/test_quickstart.py::test_quickstart_learns"),
+    "python -m grpo_lab experiment=smoke": Compose(E2E_SMOKE),
+    "python -m grpo_lab experiment=smoke lr=3e-5 beta=0.1 trainer.loss_type=dr_grpo": Compose(
+        "tests/test_config.py::test_any_grpo_field_can_be_set_under_trainer"
+    ),
+    "python -m grpo_lab -m experiment=smoke lr=1e-5,2e-5": Compose(
+        "tests/test_e2e.py::test_grid_gives_one_run_per_job_in_one_group"
+    ),
+    "python -m grpo_lab --help": Run("== Config groups =="),
+    "python -m grpo_lab --cfg job experiment=smoke": Run("name: smoke"),
+    "python -m grpo_lab -m sweep=lr_beta experiment=smoke hydra.sweeper.n_trials=4": Compose(SWEEP_AND_COMPARE),
+    "python -m grpo_lab.compare outputs/sweeps/lr_beta": Compare(SWEEP_AND_COMPARE),
+    # 8 prompts x 4 completions of the tiny model: exit 0 healthy, 2 no signal (both are answers).
+    "python -m grpo_lab.check_rewards experiment=smoke": Run("== grpo_lab reward check:", codes=(0, 2)),
+    # Exit 1 is the doctor's answer on a machine that cannot run the quick-start (it names the blocker).
+    "python -m grpo_lab.doctor": Run("== grpo_lab doctor ==", codes=(0, 1)),
+}
+
+
+def _blocks(text: str, lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def readme_commands(text: str) -> list[str]:
+    """The commands of the ```bash blocks: continuation lines joined, comments dropped, spaces normalised."""
+    commands = []
+    for block in _blocks(text, "bash"):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words:
+                commands.append(shlex.join(words))
+    return commands
+
+
+def _test_exists(node: str) -> bool:
+    path, _, name = node.partition("::")
+    file = REPO / path
+    return file.is_file() and re.search(rf"^def {re.escape(name)}\(", file.read_text(), flags=re.M) is not None
+
+
+COMMANDS = readme_commands(README.read_text())
+
+
+def test_every_readme_command_has_a_check():
+    assert COMMANDS, "no ```bash blocks found in README.md"
+    missing = [c for c in COMMANDS if c not in CHECKS]
+    assert not missing, f"README commands without a test: add them to CHECKS in tests/test_readme.py: {missing}"
+    stale = [c for c in CHECKS if c not in COMMANDS]
+    assert not stale, f"CHECKS entries whose command is no longer in README.md: {stale}"
+    for command, check in CHECKS.items():
+        if isinstance(check, Compose | Compare | Make):
+            assert _test_exists(check.covered_by), f"{command}: no test {check.covered_by}"
+
+
+def _of(kind: type) -> list[str]:
+    return [c for c in COMMANDS if isinstance(CHECKS.get(c), kind)]
+
+
+@pytest.mark.parametrize("command", _of(Make))
+def test_make_targets_run_what_the_readme_says(command):
+    check = CHECKS[command]
+    target = command.split()[1]
+    makefile = (REPO / "Makefile").read_text()
+    recipe = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", makefile, flags=re.M)
+    assert recipe, f"no `{target}` target in the Makefile"
+    assert recipe.group(1).strip() == check.recipe
+
+
+@pytest.mark.parametrize("command", _of(Run))
+def test_fast_commands_run_as_typed(command, tmp_path, model_cache):
+    check = CHECKS[command]
+    module, *args = shlex.split(command)[2:]
+    proc = run_cli(args, tmp_path, model_cache, timeout=180, module=module)
+    assert proc.returncode in check.codes, proc.stderr[-3000:]
+    assert check.expect in proc.stdout, proc.stdout[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+def _grid_points(args: list[str]) -> list[list[str]]:
+    """A grid's `key=a,b` as one argument list per value (Hydra's own parser splits the values)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    points: list[list[str]] = [[]]
+    for arg in args:
+        override = OverridesParser.create().parse_override(arg)
+        if override.is_sweep_override() and not arg.startswith("hydra."):
+            values = list(override.sweep_string_iterator())
+            points = [[*p, f"{override.get_key_element()}={v}"] for p in points for v in values]
+        else:
+            points = [[*p, arg] for p in points]
+    return points
+
+
+def _compose_and_validate(args: list[str]) -> None:
+    """What `python -m grpo_lab ARGS` checks before it loads a model: Hydra's composition (the hydra node and
+    the sweeper's settings too), grpo_lab's config validation and TRL's, transformers' and peft's checks."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from grpo_lab import config, trl_checks
+    from grpo_lab.cli import prepare_overrides
+    from grpo_lab.paths import CONF_DIR
+
+    overrides, _ = prepare_overrides(args)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    run = config.load(cfg)
+    trl_checks.check(run, num_processes=run.launcher.num_processes)
+
+
+@pytest.mark.parametrize("command", _of(Compose))
+def test_training_commands_compose_and_validate(command):
+    args = shlex.split(command)[3:]
+    multirun = "-m" in args
+    args = [a for a in args if a not in ("-m", "--multirun")]
+    points = _grid_points(args) if multirun else [args]
+    for point in points:
+        _compose_and_validate(point)
+
+
+@pytest.mark.parametrize("command", _of(Compare))
+def test_compare_commands_parse(command):
+    from grpo_lab.compare.__main__ import _parser
+
+    args = _parser().parse_args(shlex.split(command)[3:])
+    assert args.source
+
+
+def test_example_outputs_show_what_the_command_prints(tmp_path, model_cache):
+    """`$ python -m grpo_lab ...` lines in ```text blocks: the output lines the README shows after them."""
+    examples = []
+    for block in _blocks(README.read_text(), "text"):
+        lines = block.splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("$ "):
+                shown = []
+                for out in lines[i + 1 :]:
+                    if out.startswith("$ "):
+                        break
+                    shown.append(out)
+                examples.append((line[2:], shown))
+    for command, shown in examples:
+        words = shlex.split(command)
+        assert words[:2] == ["python", "-m"], command
+        proc = run_cli(words[3:], tmp_path, model_cache, timeout=120, module=words[2])
+        printed = proc.stdout + proc.stderr
+        for out in shown:
+            if out.strip() and out.strip() != "...":
+                assert out.strip() in printed, f"{command}: {out!r} not in\n{printed[-3000:]}"
+
+
+def test_readme_is_a_door():
+    """The README stays short: the depth is in docs/, and every page it links exists."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    for link in re.findall(r"\]\((docs/[^)#]+)", text):
+        assert (REPO / link).is_file(), link
+    for page in (REPO / "docs").glob("*.md"):
+        for link in re.findall(r"\]\(([^)#:]+\.md)", page.read_text()):
+            assert (page.parent / link).is_file(), f"{page.name}: {link}"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["experiment=smoke", "trainer.loss_type=dr_grop"],  # TRL's choices
+        ["experiment=smoke", "num_generation=4"],  # grpo_lab's unknown key
+        ["sweep=lr_beta", "hydra.sweeper.n_trialz=4"],  # the sweeper's settings
+        ["experiment=smok"],  # a group option
+    ],
+)
+def test_composing_catches_what_the_cli_would_refuse(args):
+    """The Compose check has teeth: a README command with any of these mistakes fails it."""
+    with pytest.raises(Exception):  # noqa: B017 (ConfigError, or Hydra's own composition errors)
+        _compose_and_validate(args)
