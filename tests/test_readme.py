@@ -249,7 +249,7 @@ DOCS_ELSEWHERE = {
 }
 
 
-def docs_commands() -> list:
+def docs_commands(module: str = "grpo_lab") -> list:
     """`python -m grpo_lab ...` / `grpo-lab ...` lines of docs/*.md bash blocks (leading VAR=value dropped).
     Blocks that write files first (heredocs: docs/own-repo.md's session) are tests/test_packaging.py's."""
     found = []
@@ -261,9 +261,8 @@ def docs_commands() -> list:
                 words = shlex.split(command)
                 while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
                     words = words[1:]
-                if (words[:3] == ["python", "-m", "grpo_lab"] or words[:1] == ["grpo-lab"]) and not any(
-                    skip in command for skip in DOCS_ELSEWHERE
-                ):
+                ours = words[:3] == ["python", "-m", module] or (module == "grpo_lab" and words[:1] == ["grpo-lab"])
+                if ours and not any(skip in command for skip in DOCS_ELSEWHERE):
                     found.append(pytest.param(words, id=f"{page.name}: {shlex.join(words)}"))
     return found
 
@@ -276,3 +275,10 @@ def test_docs_commands_compose_and_validate(words):
 
     vllm_missing = "vllm" in " ".join(words) and importlib.util.find_spec("vllm") is None
     _compose_command(words, trl=not vllm_missing)
+
+
+@pytest.mark.parametrize("words", docs_commands("grpo_lab.compare"))
+def test_docs_compare_commands_parse(words):
+    from grpo_lab.compare.__main__ import _parser
+
+    assert _parser().parse_args(words[3:]).source
