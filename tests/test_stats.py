@@ -71,11 +71,12 @@ def test_detectable_difference_shrinks_with_the_square_root_of_n():
 
 def _result(correct: list[bool | None], formatted: list[bool]) -> EvalResult:
     samples = [
-        {"item": i, "completion": "", "correct": c, "format": f}
+        {"item": i, "completion": "", "accuracy": c, "format": f}
         for i, (c, f) in enumerate(zip(correct, formatted, strict=True))
     ]
     graded = [c for c in correct if c is not None]
-    return EvalResult(sum(graded) / len(graded), sum(formatted) / len(formatted), len(samples), 10.0, samples)
+    shares = {"accuracy": sum(graded) / len(graded), "format": sum(formatted) / len(formatted)}
+    return EvalResult(shares, len(samples), 10.0, samples)
 
 
 def test_eval_metrics_carry_intervals_and_the_change_pairs_the_same_items():

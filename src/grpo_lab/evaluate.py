@@ -1,44 +1,43 @@
-"""Held-out evaluation: greedy completions graded by the same functions the rewards use.
+"""Held-out evaluation: greedy completions graded by the run's graders (`eval.graders`, grpo_lab.graders).
 
-accuracy = share of completions whose <answer> equals the reference (`correctness`);
-format   = share that follow the exact tag layout (`strict_format`).
+Each grader's metric is the share of gradable items that pass, with its 95% Wilson interval and, between the
+evaluations before and after training on the same items, the paired change; `mean_length` is the mean
+completion length in tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_lab.config import EVAL_METRICS, EvalConfig
-from grpo_lab.records import EVAL_ITEM_KEYS as PROPORTIONS  # each gets its 95% interval and a paired change
-from grpo_lab.rewards.format import strict_format
-from grpo_lab.rewards.math import correctness
+from grpo_lab.config import EvalConfig
+from grpo_lab.graders import Grader, item_value
 from grpo_lab.stats import paired_change, wilson
 
 
 @dataclass(frozen=True)
 class EvalResult:
-    accuracy: float
-    format: float
+    shares: dict[str, float]  # grader name -> share of the gradable items that pass (nan: none gradable)
     num_samples: int
     mean_length: float  # completion tokens
-    samples: list[dict[str, Any]]  # one per item, in the eval set's order: item, correct, format, completion
+    # One per item, in the eval set's order: item, question, answer, completion, and 1/0/None per grader.
+    samples: list[dict[str, Any]]
 
     def scores(self) -> dict[str, float]:
-        """The metrics an objective can name (`config.EVAL_METRICS`): what a periodic evaluation reports."""
-        return {name: getattr(self, name) for name in EVAL_METRICS}
+        """The metrics an objective can name: what a periodic evaluation reports."""
+        return {**self.shares, "mean_length": self.mean_length}
 
     def outcomes(self, name: str) -> list[bool]:
-        """Per item, 0/1 for `accuracy` (items with a gradable reference only) or `format`."""
-        key = PROPORTIONS[name]
-        return [bool(s[key]) for s in self.samples if s[key] is not None]
+        """Per gradable item, whether it passed grader `name`."""
+        values = (item_value(s, name) for s in self.samples)
+        return [bool(v) for v in values if v is not None]
 
     def metrics(self, prefix: str) -> dict[str, float]:
         """The scores, their 95% Wilson intervals and the sample count as metrics.json keys, e.g.
         `eval_after/accuracy`, `eval_after/accuracy_ci_low`, `eval_after/accuracy_ci_high`."""
         out = {f"{prefix}/{k}": v for k, v in self.scores().items()}
-        for name in PROPORTIONS:
+        for name in self.shares:
             outcomes = self.outcomes(name)
             out[f"{prefix}/{name}_ci_low"], out[f"{prefix}/{name}_ci_high"] = wilson(sum(outcomes), len(outcomes))
         return out | {f"{prefix}/num_samples": float(self.num_samples)}
@@ -48,8 +47,8 @@ def change_metrics(before: EvalResult, after: EvalResult) -> dict[str, float]:
     """after - before on the same items: `eval_change/accuracy` with its paired 95% interval, the exact
     McNemar p-value and the counts of items gained and lost."""
     out: dict[str, float] = {}
-    for name, key in PROPORTIONS.items():
-        pairs = [(b[key], a[key]) for b, a in zip(before.samples, after.samples, strict=True)]
+    for name in after.shares:
+        pairs = [(item_value(b, name), item_value(a, name)) for b, a in zip(before.samples, after.samples, strict=True)]
         pairs = [(b, a) for b, a in pairs if b is not None and a is not None]  # items without a reference
         change = paired_change([bool(b) for b, _ in pairs], [bool(a) for _, a in pairs])
         out |= {
@@ -122,6 +121,7 @@ def evaluate(
     cfg: EvalConfig,
     desc: str,
     *,
+    graders: Sequence[Grader],
     order: list[int] | None = None,
     watch: Callable[[list[dict[str, Any]]], bool] | None = None,
 ) -> EvalResult:
@@ -130,33 +130,47 @@ def evaluate(
     when it returns True (the result then holds the items evaluated so far). Samples come back in item order.
     """
     order = list(range(len(dataset))) if order is None else order
-    questions, answers, prompts = (list(dataset[c]) for c in ("question", "answer", "prompt"))
+    # Graders get every column but the prompt, per item, as TRL gives rewards the dataset's columns.
+    columns = {c: list(dataset[c]) for c in dataset.column_names if c != "prompt"}
+    prompts = list(dataset["prompt"])
     samples: list[dict[str, Any]] = []
     lengths: list[int] = []
-    batches = _batches(
-        model, tokenizer, [prompts[i] for i in order], cfg.max_new_tokens, cfg.batch_size, desc, sampling=None
-    )
+    batches = _batches(model, tokenizer, [prompts[i] for i in order], cfg.max_new_tokens, cfg.batch_size, desc, None)
     for batch in batches:
         items = order[len(samples) : len(samples) + len(batch)]
-        texts = [text for text, _ in batch]
-        correct = correctness(completions=texts, answer=[answers[i] for i in items])
-        formatted = strict_format(completions=texts)
-        # `item`: the position in the eval set, so that two runs on the same set can be compared item by item.
-        graded = [
-            {"item": i, "question": questions[i], "answer": answers[i], "completion": t, "correct": c, "format": f}
-            for i, t, c, f in zip(items, texts, correct, formatted, strict=True)
-        ]
+        graded = _grade(graders, items, [text for text, _ in batch], columns)
         samples += graded
         lengths += [n for _, n in batch]
         if watch is not None and watch(graded):
             batches.close()  # leaves generation, restoring the model's training mode
             break
     samples.sort(key=lambda s: s["item"])
-    graded_correct = [s["correct"] for s in samples if s["correct"] is not None]
     return EvalResult(
-        accuracy=sum(graded_correct) / len(graded_correct) if graded_correct else float("nan"),
-        format=sum(s["format"] for s in samples) / len(samples) if samples else float("nan"),
+        shares={g.name: _share([s[g.name] for s in samples]) for g in graders},
         num_samples=len(samples),
         mean_length=sum(lengths) / len(lengths) if lengths else 0.0,
         samples=samples,
     )
+
+
+def _grade(
+    graders: Sequence[Grader], items: list[int], texts: list[str], columns: dict[str, list[Any]]
+) -> list[dict[str, Any]]:
+    """One sample per completion: `item` (its position in the eval set, so that two runs on the same set can be
+    compared item by item), its question and answer when the data has them, the completion, each grader's 1/0/None."""
+    batch_columns = {c: [values[i] for i in items] for c, values in columns.items()}
+    verdicts = {g.name: g.grade(texts, batch_columns) for g in graders}
+    return [
+        {
+            "item": item,
+            **{c: batch_columns[c][k] for c in ("question", "answer") if c in batch_columns},
+            "completion": text,
+            **{name: values[k] for name, values in verdicts.items()},
+        }
+        for k, (item, text) in enumerate(zip(items, texts, strict=True))
+    ]
+
+
+def _share(values: list[int | None]) -> float:
+    graded = [v for v in values if v is not None]
+    return sum(graded) / len(graded) if graded else float("nan")

@@ -45,8 +45,6 @@ HISTORY = "history.jsonl"
 EVAL_PERIODIC = "eval_periodic.jsonl"
 METRICS = "metrics.json"
 SUMMARY = "summary.txt"
-# The held-out proportions and the eval_*.jsonl key each item records them under (0/1, or null if ungraded).
-EVAL_ITEM_KEYS = {"accuracy": "correct", "format": "format"}
 TRAINER = "trainer"
 MODEL = "model"
 

@@ -51,6 +51,23 @@ def _change(m: dict[str, Any], name: str) -> list[str]:
     ]
 
 
+def _graders(m: dict[str, Any]) -> list[str]:
+    """The graders' names in the order the evaluations recorded them (every grader has an interval)."""
+    names = [k.partition("/")[2].removesuffix("_ci_low") for k in m if k.endswith("_ci_low")]
+    found = [n for n in names if f"eval_before/{n}_ci_low" in m or f"eval_after/{n}_ci_low" in m]
+    return list(dict.fromkeys(found))
+
+
+def _graded(m: dict[str, Any]) -> list[str]:
+    """Per grader, before -> after with intervals and the paired change; the first line says what was evaluated."""
+    lines: list[str] = []
+    for i, name in enumerate(_graders(m)):
+        note = f" (held-out, greedy{_items(m)})" if i == 0 else ""
+        lines += [f"  {name:<12} {_with_ci(m, 'eval_before', name)} -> {_with_ci(m, 'eval_after', name)}{note}"]
+        lines += _change(m, name)
+    return lines
+
+
 def _health(events: list[dict[str, Any]]) -> list[str]:
     """One line per health event (grpo_lab.health), or that nothing fired."""
     if not events:
@@ -79,11 +96,7 @@ def format_run(result: Any) -> str:
         f"(last steps) over {int(m.get('train/steps', 0))} steps",
         f"  kl (last)    {_num(m.get('train/kl'), 4)}   completion length (last) "
         f"{_num(m.get('train/completions/mean_length'), 1)} tokens",
-        f"  accuracy     {_with_ci(m, 'eval_before', 'accuracy')} -> {_with_ci(m, 'eval_after', 'accuracy')} "
-        f"(held-out, greedy{_items(m)})",
-        *_change(m, "accuracy"),
-        f"  format       {_with_ci(m, 'eval_before', 'format')} -> {_with_ci(m, 'eval_after', 'format')} (strict tags)",
-        *_change(m, "format"),
+        *_graded(m),
         f"  objective    {result.objective_metric} = {_num(result.objective, 4)}",
         *_health(result.health),
         f"  time         {_num(result.durations.get('total'), 1)} s (train {_num(result.durations.get('train'), 1)} s)",

@@ -29,6 +29,8 @@ from grpo_lab import health, interrupts, models, records, startup
 from grpo_lab.config import RunConfig, to_grpo_config
 from grpo_lab.errors import GrpoLabError
 from grpo_lab.evaluate import EvalResult, change_metrics, evaluate
+from grpo_lab.graders import Grader, check_can_judge
+from grpo_lab.graders import build as build_graders
 from grpo_lab.records import RunResult
 from grpo_lab.rewards import build_rewards
 from grpo_lab.tracking import Tracker
@@ -126,6 +128,7 @@ class _Job:
     resume: records.Resume | None
     pair: Any  # data.DatasetPair: train and held-out eval
     reward_funcs: list[Any]
+    graders: list[Grader]  # held-out evaluation (eval.graders)
     tracker: Tracker
     grpo_args: Any  # trl.GRPOConfig
 
@@ -141,6 +144,9 @@ def _set_up(cfg: RunConfig, ctx: RunContext) -> _Job:
     models.check_available(models.resolve_source(cfg.model.name_or_path))
     pair = data_mod.load_datasets(cfg.data)
     reward_funcs = build_rewards(cfg.reward.functions)
+    graders = build_graders(cfg.eval.graders)
+    if cfg.eval.before or cfg.eval.after or cfg.eval.every_n_steps:
+        check_can_judge(graders, {c: pair.eval[c] for c in pair.eval.column_names}, pair.eval["prompt"])
     tracker = Tracker(
         cfg.logger,
         run_dir=ctx.run_dir,
@@ -151,7 +157,7 @@ def _set_up(cfg: RunConfig, ctx: RunContext) -> _Job:
     grpo_args = to_grpo_config(
         cfg, output_dir=str(ctx.run_dir / records.TRAINER), report_to=tracker.report_to, run_name=ctx.run_name
     )
-    return _Job(cfg, ctx, resume, pair, reward_funcs, tracker, grpo_args)
+    return _Job(cfg, ctx, resume, pair, reward_funcs, graders, tracker, grpo_args)
 
 
 # --------------------------------------------------------------------------------------- recorder
@@ -380,6 +386,7 @@ def _evaluate_after(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, r
             eval_set,
             job.cfg.eval,
             desc="eval after",
+            graders=job.graders,
             order=reporter.item_order(len(eval_set)) if per_item else None,
             watch=(lambda batch: reporter.observe_items(batch, len(eval_set))) if per_item else None,
         )
@@ -424,7 +431,9 @@ def _evaluate_before(job: _Job, recorder: Recorder, model: Any, tokenizer: Any) 
         recorder.metrics |= {k: float(v) for k, v in before if k.startswith("eval_before/") and v is not None}
     elif job.cfg.eval.before and job.main:
         with recorder.timed("eval_before"):
-            before_eval = evaluate(model, tokenizer, job.pair.eval, job.cfg.eval, desc="eval before")
+            before_eval = evaluate(
+                model, tokenizer, job.pair.eval, job.cfg.eval, desc="eval before", graders=job.graders
+            )
         recorder.add_eval("eval_before", before_eval)
         job.tracker.log(dict(recorder.metrics))
 
@@ -435,7 +444,7 @@ def _callbacks(job: _Job, recorder: Recorder, reporter: Any, outcome: Outcome) -
 
     found: list[Any] = [callbacks.HistoryWriter(recorder)]
     if job.main:
-        run_eval = functools.partial(evaluate, dataset=job.pair.eval, cfg=job.cfg.eval)
+        run_eval = functools.partial(evaluate, dataset=job.pair.eval, cfg=job.cfg.eval, graders=job.graders)
         found.append(callbacks.PeriodicEval(job.cfg.eval.every_n_steps, run_eval, recorder, reporter, outcome))
         watch = callbacks.HealthWatch(health.Monitor(job.cfg.health), recorder, outcome)
         found.append(watch)

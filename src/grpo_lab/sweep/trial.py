@@ -123,12 +123,10 @@ class TrialReporter:
         """One evaluated batch (evaluate's samples); returns True when the evaluation should stop."""
         if not self.per_item or self.source is None:
             return False
-        from grpo_lab.records import EVAL_ITEM_KEYS
-
-        key = EVAL_ITEM_KEYS[self.source[1]]
+        grader = self.source[1]
         for s in samples:
-            if s[key] is not None:  # items without a gradable reference have no outcome
-                self._items.append(float(s[key]))
+            if s[grader] is not None:  # items the grader cannot grade (no reference) have no outcome
+                self._items.append(float(s[grader]))
                 self.trial.report(self._items[-1], s["item"])
         if not self._items:
             return False

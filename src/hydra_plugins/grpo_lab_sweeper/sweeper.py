@@ -116,7 +116,7 @@ class GrpoOptunaSweeper(Sweeper):
         s = self.settings
         metrics = [o.metric for o in s.objectives]
         for metric in metrics:
-            check_metric_name(metric)
+            check_metric_name(metric, list(self.config.eval.graders))
         params = expand_wildcards(OmegaConf.to_container(s.params) or {}, self.config)
         space = parse_space(params, arguments, config_groups())
         distributions = {p.name: p.distribution for p in space.params}
@@ -209,14 +209,12 @@ class GrpoOptunaSweeper(Sweeper):
     def _check_per_item(self, metrics: list[str]) -> None:
         """A per-item pruner (Wilcoxon) reads the held-out evaluation after training item by item: the one
         objective must be a proportion of that evaluation."""
-        from grpo_lab.config import EVAL_METRICS
         from grpo_lab.errors import ConfigError
-        from grpo_lab.records import EVAL_ITEM_KEYS
         from grpo_lab.sweep.samplers import per_item
 
         if not per_item(OmegaConf.to_container(self.settings.pruner)):
             return
-        wanted = [f"eval_after/{name}" for name in EVAL_METRICS if name in EVAL_ITEM_KEYS]
+        wanted = [f"eval_after/{name}" for name in self.config.eval.graders]
         if len(metrics) != 1 or metrics[0] not in wanted or not self.config.eval.after:
             raise ConfigError(
                 f"The Wilcoxon pruner compares trials item by item on the evaluation after training, so it needs "
