@@ -13,9 +13,10 @@ import pytest
 import yaml
 from optuna.distributions import FloatDistribution
 
+from grpo_lab.ranking import Verdict, from_trials
 from grpo_lab.stats import seed_mean, welch_p
 from grpo_lab.sweep import confirm
-from grpo_lab.sweep.report import best_trials, tied_with_best, write_best
+from grpo_lab.sweep.report import write_best
 
 LR = {"lr": FloatDistribution(1e-6, 1e-3, log=True)}
 T_975_DF2 = 4.302652729911275  # Student's t, 97.5% quantile, 2 degrees of freedom (printed tables: 4.303)
@@ -55,8 +56,9 @@ def test_a_config_that_won_once_by_luck_is_not_crowned(tmp_path):
         [(1e-5, 0.9), (2e-5, 0.7), (3e-5, 0.3)], [(0, 0.2, 43), (0, 0.3, 44), (1, 0.72, 43), (1, 0.68, 44)]
     )
     assert study.best_trial.number == 0  # what Optuna, and a sweeper that takes max(objective), would crown
-    a, b = [0.9, 0.2, 0.3], [0.7, 0.72, 0.68]
-    ranked = confirm.rank(study)
+    a, b = (0.9, 0.2, 0.3), (0.7, 0.72, 0.68)
+    ranking = from_trials(study)
+    ranked = ranking.configs
     assert [r.trial for r in ranked] == [1, 0]
     assert ranked[0].values == b and ranked[1].values == a
     # By hand: B's mean 0.7, sample sd 0.02, 95% half-width t(0.975, 2) * 0.02 / sqrt(3).
@@ -72,27 +74,30 @@ def test_a_config_that_won_once_by_luck_is_not_crowned(tmp_path):
 
     assert ranked[1].p_vs_best == pytest.approx(2 * stats.t.sf(t, df))
     assert ranked[1].tied  # p ~ 0.47: three seeds cannot tell A from B, and the output says so
-    assert [t.number for t in best_trials(study)] == [1]
-    assert tied_with_best(study) == [0]
+    assert ranking.leader.trial == 1 and [e.trial for e in ranking.tied] == [0]
+    # B's config first, then A's, each config's runs by value; trial 2 was not confirmed: behind
+    assert [e.trial for e in ranking.ranked] == [5, 1, 6, 0, 4, 3, 2]
+    assert ranking.entries[-1].verdict is Verdict.BEHIND and ranking.entries[-1].versus is None
     best = yaml.safe_load(write_best(study, tmp_path / "best.yaml", metrics=["m"], storage="mem").read_text())
     assert best["trial"] == 1 and best["tied_with"] == [0]
     assert [c["trial"] for c in best["confirm"]] == [1, 0] and best["confirm"][0]["mean"] == pytest.approx(0.7)
-    assert "Statistically tied with #0" in confirm.verdict(ranked)
+    assert "#0" in confirm.verdict(ranking).partition("tied")[2]
 
 
 def test_a_clear_winner_is_not_called_tied():
     study = study_of([(1e-5, 0.5), (2e-5, 0.8)], [(0, 0.52, 43), (0, 0.49, 44), (1, 0.81, 43), (1, 0.79, 44)])
-    ranked = confirm.rank(study)
+    ranking = from_trials(study)
+    ranked = ranking.configs
     assert [r.trial for r in ranked] == [1, 0] and ranked[1].p_vs_best < 0.001 and not ranked[1].tied
-    assert tied_with_best(study) == []
-    assert "tied" not in confirm.verdict(ranked)
-    assert "worse (p=" in confirm.table(ranked)
+    assert ranking.tied == () and {e.verdict for e in ranking.entries if e.trial in (0, 2, 3)} == {Verdict.BEHIND}
+    assert "tied" not in confirm.verdict(ranking)
+    assert len(confirm.table(ranking).splitlines()) == 3  # a header and one line per config
 
 
 def test_equal_search_values_are_a_tie_not_a_win(tmp_path):
     # A smoke sweep where every trial scored 0.0: trial 0 is "best" only by its number.
     study = study_of([(1e-5, 0.0), (2e-5, 0.0), (3e-5, 0.0)])
-    assert tied_with_best(study) == [1, 2]
+    assert [e.trial for e in from_trials(study).tied] == [1, 2]
     best = yaml.safe_load(write_best(study, tmp_path / "best.yaml", metrics=["m"], storage="mem").read_text())
     assert best["trial"] == 0 and best["tied_with"] == [1, 2] and "confirm" not in best
 
@@ -107,4 +112,6 @@ def test_seed_statistics_edge_cases():
 def test_a_multi_objective_study_has_no_ranking():
     study = optuna.create_study(directions=["maximize", "minimize"])
     study.add_trial(optuna.trial.create_trial(params={"lr": 1e-5}, distributions=LR, values=[0.5, 40.0]))
-    assert confirm.rank(study) == [] and tied_with_best(study) == []
+    ranking = from_trials(study)
+    assert ranking.configs == () and ranking.tied == () and ranking.leader is None
+    assert [e.trial for e in ranking.best] == [0]

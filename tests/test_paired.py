@@ -9,6 +9,7 @@ import pytest
 from grpo_lab import records
 from grpo_lab.compare import leaderboard
 from grpo_lab.compare.sources import RunRecord, Source
+from grpo_lab.ranking import Verdict
 from grpo_lab.stats import mcnemar_exact, wilson
 
 QUESTIONS = [f"What is {i} + {i}?" for i in range(20)]
@@ -40,14 +41,16 @@ def test_a_clear_winner_and_a_tie_on_the_same_items(tmp_path):
     board = _board([weak, close, strong])
     by_name = {row["run"]: row for row in board.rows}
     assert [row["run"] for row in board.rows] == ["strong", "close", "weak"]
-    assert by_name["strong"]["vs_#1"] == "leader"
+    verdicts = {e.name: e.verdict for e in board.ranking.entries}
+    assert verdicts == {"strong": Verdict.LEADER, "close": Verdict.TIED, "weak": Verdict.BEHIND}
+    assert [e.name for e in board.ranking.tied] == ["close"]
     assert (by_name["strong"]["ci_low"], by_name["strong"]["ci_high"]) == pytest.approx(wilson(16, 20))
-    assert by_name["close"]["vs_#1"].startswith("≈#1") and by_name["close"]["p_vs_#1"] == 1.0
+    assert by_name["close"]["p_vs_#1"] == 1.0
     assert by_name["weak"]["p_vs_#1"] == pytest.approx(mcnemar_exact(16, 2))
-    assert by_name["weak"]["vs_#1"] == f"-70 pts (p={mcnemar_exact(16, 2):.2g})"
+    assert by_name["weak"]["diff_vs_#1"] == pytest.approx(-0.7)
     assert by_name["weak"]["diff_ci_low"] < -0.7 < by_name["weak"]["diff_ci_high"] < 0
     text = leaderboard.as_text(board)
-    assert "ci95" in text.splitlines()[0] and "≈#1" in text
+    assert "ci95" in text.splitlines()[0] and by_name["close"]["vs_#1"] in text
     csv_text = leaderboard.write_csv(board, tmp_path / "board.csv").read_text()
     assert csv_text.splitlines()[0].endswith("ci_low,ci_high,diff_vs_#1,diff_ci_low,diff_ci_high,p_vs_#1")
 
@@ -56,8 +59,11 @@ def test_runs_on_other_items_get_no_verdict(tmp_path):
     leader = _run(tmp_path, "leader", [1] * 20)
     other = _run(tmp_path, "other", [0] * 20, questions=[q + " (other set)" for q in QUESTIONS])
     no_items = RunRecord(name="w&b", state="finished", objective=0.1, metrics={"eval_after/accuracy": 0.1})
-    rows = {row["run"]: row for row in _board([leader, other, no_items]).rows}
+    board = _board([leader, other, no_items])
+    rows = {row["run"]: row for row in board.rows}
     assert rows["other"]["vs_#1"] is None and rows["w&b"]["vs_#1"] is None and rows["w&b"]["ci95"] is None
+    assert all(e.versus is None for e in board.ranking.entries)
+    assert {e.verdict for e in board.ranking.entries[1:]} == {Verdict.BEHIND}  # worse by value, untested
     assert rows["other"]["ci95"] == "[0.00, 0.16]"  # its own interval, from its own items
 
 

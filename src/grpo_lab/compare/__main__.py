@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.export:
             winner = export.pick(board, args.trial)
             preset = export.write_preset(board, winner, args.export, force=args.force)
-            print(redact(f"\nExported {preset}: re-run the winner with  {export.rerun_command(args.export)}"))
+            print(redact(f"\nExported {preset}: re-run the winner with  {export.preset_command(args.export)}"))
     except SourceError as e:
         print(f"error: {redact(str(e))}", file=sys.stderr)
         return 2

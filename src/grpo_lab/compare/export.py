@@ -14,11 +14,11 @@ from grpo_lab.compare.leaderboard import Board
 from grpo_lab.compare.sources import RunRecord, SourceError
 from grpo_lab.paths import config_groups, export_dir, on_search_path
 from grpo_lab.redact import MASK, redact
-from grpo_lab.sweep import confirm
 
 
 def pick(board: Board, trial: int | None) -> RunRecord:
-    """The best finished run, or trial `trial` (required for several objectives: one of the Pareto front)."""
+    """The ranking's leader (after confirmation runs: the best mean over seeds, not the luckiest seed), or
+    trial `trial` (required for several objectives: one of the Pareto front)."""
     runs = [row["_run"] for row in board.rows]
     if trial is not None:
         for run in runs:
@@ -28,33 +28,14 @@ def pick(board: Board, trial: int | None) -> RunRecord:
                 return run
         raise SourceError(f"No trial {trial} in {board.source.label}.")
     if len(board.source.metrics) > 1:
-        front = _pareto(board)
+        front = sorted(e.trial for e in board.ranking.best if e.trial is not None)
         raise SourceError(
             "Several objectives: pick one of the Pareto-optimal trials with --trial N "
             f"({', '.join(str(n) for n in front) or 'none finished'})."
         )
-    if (study := _study(board)) is not None and (ranked := confirm.rank(study)):
-        return pick(board, ranked[0].trial)  # the best mean over seeds, not the luckiest seed
-    for run in runs:
-        if run.state == "finished" and run.objective is not None:
-            return run
+    if (leader := board.ranking.leader) is not None:
+        return leader.record
     raise SourceError(f"No finished run with an objective value in {board.source.label}: nothing to export.")
-
-
-def _study(board: Board) -> Any:
-    """The Optuna study of a sweep source; None for run folders."""
-    if not (board.source.storage and board.source.study_name):
-        return None
-    import optuna
-
-    from grpo_lab.sweep.storage import open_storage
-
-    return optuna.load_study(study_name=board.source.study_name, storage=open_storage(board.source.storage))
-
-
-def _pareto(board: Board) -> list[int]:
-    study = _study(board)
-    return [] if study is None else sorted(t.number for t in study.best_trials)
 
 
 def _split(overrides: list[str]) -> tuple[str, list[tuple[str, str]], list[tuple[str, Any]]]:
@@ -99,17 +80,16 @@ def write_preset(board: Board, run: RunRecord, name: str, *, force: bool = False
         for m, v in zip(board.source.metrics, run.values or [run.objective], strict=False)
         if v is not None
     )
-    study = _study(board)
-    confirmed = {r.trial: r for r in confirm.rank(study)} if study is not None else {}
-    if (r := confirmed.get(run.trial)) is not None:  # picked by the seed mean (sweep confirmation runs)
-        tied = [f"#{o.trial}" for o in confirmed.values() if o.tied]
-        objective = f"{metric} = {r.mean.mean:.4g} [{r.mean.ci_low:.4g}, {r.mean.ci_high:.4g}] over {r.mean.n} seeds"
+    confirmed = {c.trial: c for c in board.ranking.configs}
+    if (c := confirmed.get(run.trial)) is not None:  # picked by the seed mean (sweep confirmation runs)
+        tied = [f"#{o.trial}" for o in board.ranking.configs if o.tied]
+        objective = f"{metric} = {c.mean.mean:.4g} [{c.mean.ci_low:.4g}, {c.mean.ci_high:.4g}] over {c.mean.n} seeds"
         objective += f", tied with {', '.join(tied)}" if tied else ""
     header = [
         "# @package _global_",
         f"# Exported by `python -m grpo_lab.compare --export {name}` on {dt.date.today().isoformat()}:",
         f"# the best {what} of {board.source.label},",
-        f"# {objective} ({direction} {metric}). Re-run it: {rerun_command(name)}",
+        f"# {objective} ({direction} {metric}). Re-run it: {preset_command(name)}",
         *([f"# Secrets are masked ({MASK}): set them again, e.g. `key: ${{oc.env:MY_KEY}}`."] if MASK in text else []),
         "defaults:",
         f"  - {base}",
@@ -122,7 +102,7 @@ def write_preset(board: Board, run: RunRecord, name: str, *, force: bool = False
     return path
 
 
-def rerun_command(name: str) -> str:
+def preset_command(name: str) -> str:
     """The command that runs preset `name` once exported: `--config-dir` only if its folder is not searched anyway."""
     folder = export_dir()
     flag = "" if on_search_path(folder) else f"--config-dir {_shown(folder)} "

@@ -1,5 +1,6 @@
-"""The leaderboard: one row per run or trial, sorted by the objective, with health flags and, for a held-out
-proportion, each run's 95% interval and its paired comparison with the leader (`ci95`, `vs_#1`: paired.py).
+"""The leaderboard: one row per run or trial in the order of `grpo_lab.ranking` (the objective, or the mean over
+seeds after a sweep's confirmation runs), with health flags and, for one objective, each run's 95% interval and
+its comparison with the leader (`ci95`, `vs_#1`).
 
 Health flags, read from each run's logged steps (history.jsonl or W&B history):
     no-signal     reward_std ~ 0 over the last steps: every group scored alike, GRPO has no gradient
@@ -17,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_lab.compare.paired import interval, item_outcomes
 from grpo_lab.compare.sources import RunRecord, Source
 from grpo_lab.overrides import as_dict
+from grpo_lab.ranking import Entry, Ranking, Verdict, from_runs
 from grpo_lab.records import HEADLINES, write_atomic
 from grpo_lab.redact import redact
 
@@ -61,7 +64,8 @@ def health(run: RunRecord) -> list[str]:
 class Board:
     source: Source
     params: list[str]
-    rows: list[dict[str, Any]]  # ordered best first
+    rows: list[dict[str, Any]]  # in the ranking's order, best first
+    ranking: Ranking
     paired: bool = False  # rows carry intervals and the comparison with the leader (compare/paired.py)
 
     @property
@@ -96,39 +100,67 @@ def _final(run: RunRecord, metric_key: str, history_key: str) -> float | None:
 
 
 def build(source: Source) -> Board:
+    """The rows in the ranking's order (`grpo_lab.ranking`); with one objective, each run's interval and its
+    comparison with the leader."""
     params = vary(source.runs)
-    sign = -1.0 if source.directions[0] == "maximize" else 1.0
-
-    def key(run: RunRecord) -> tuple[int, float]:
-        value = run.objective
-        missing = value is None or not math.isfinite(value)
-        return (1 if missing else 0, 0.0 if missing else sign * value)
-
-    rows = []
-    for rank, run in enumerate(sorted(source.runs, key=key), start=1):
-        values = run.values if run.values is not None else [run.objective]
-        row: dict[str, Any] = {
-            "rank": rank,
-            "run": run.name if run.trial is None else f"trial_{run.trial}",
-            "state": run.state,
-        }
-        for metric, value in zip(source.metrics, values + [None] * len(source.metrics), strict=False):
-            row[metric] = value
-        for name in params:
-            row[name] = run.params.get(name)
-        for column, metric_key, history_key in TRAIN_COLUMNS:
-            row[column] = _final(run, metric_key, history_key)
-        row["duration_s"] = run.duration_s
-        row["health"] = ",".join(health(run))
-        row["wandb"] = run.wandb
-        row["_run"] = run
-        rows.append(row)
+    metric = source.metrics[0]
     paired = len(source.metrics) == 1
+    items = (lambda run: item_outcomes(run, metric)) if paired else None
+    ranking = from_runs(source.runs, source.directions, items)
+    rows = [_row(rank, entry, source, params) for rank, entry in enumerate(ranking.entries, start=1)]
     if paired:
-        from grpo_lab.compare.paired import annotate
+        for row in rows:
+            row |= _versus_columns(row["_entry"], ranking, metric)
+    return Board(source=source, params=params, rows=rows, ranking=ranking, paired=paired)
 
-        annotate(rows, source.metrics[0])
-    return Board(source=source, params=params, rows=rows, paired=paired)
+
+def _row(rank: int, entry: Entry, source: Source, params: list[str]) -> dict[str, Any]:
+    run: RunRecord = entry.record
+    values = run.values if run.values is not None else [run.objective]
+    row: dict[str, Any] = {"rank": rank, "run": entry.name, "state": run.state}
+    for metric, value in zip(source.metrics, values + [None] * len(source.metrics), strict=False):
+        row[metric] = value
+    for name in params:
+        row[name] = run.params.get(name)
+    for column, metric_key, history_key in TRAIN_COLUMNS:
+        row[column] = _final(run, metric_key, history_key)
+    row["duration_s"] = run.duration_s
+    row["health"] = ",".join(health(run))
+    row["wandb"] = run.wandb
+    row["_run"] = run
+    row["_entry"] = entry
+    return row
+
+
+def _versus_columns(entry: Entry, ranking: Ranking, metric: str) -> dict[str, Any]:
+    """`ci95` and `vs_#1` with the numbers behind them (the CSV's extra columns)."""
+    run: RunRecord = entry.record
+    found = interval(run, metric) if run.objective is not None else None
+    versus = entry.versus
+    return {
+        "ci_low": found[0] if found else None,
+        "ci_high": found[1] if found else None,
+        "ci95": f"[{found[0]:.2f}, {found[1]:.2f}]" if found and not math.isnan(found[0]) else None,
+        "vs_#1": vs_leader(entry, ranking),
+        "p_vs_#1": versus.p_value if versus else None,
+        "diff_vs_#1": versus.difference if versus else None,
+        "diff_ci_low": versus.ci_low if versus else None,
+        "diff_ci_high": versus.ci_high if versus else None,
+    }
+
+
+def vs_leader(entry: Entry, ranking: Ranking) -> str | None:
+    """The `vs_#1` cell: `leader`, `≈#1 (p=...)` when tied with it, else how far behind and the test's p."""
+    if entry.verdict is Verdict.LEADER:
+        return "leader" if ranking.tested else None
+    versus = entry.versus
+    if versus is None or entry.verdict is Verdict.UNRANKED:
+        return None
+    if entry.verdict is Verdict.TIED:
+        return "≈#1 (too few seeds)" if math.isnan(versus.p_value) else f"≈#1 (p={versus.p_value:.2g})"
+    if versus.test == "paired":
+        return f"{100 * versus.difference:+.0f} pts (p={versus.p_value:.2g})"
+    return f"worse (p={versus.p_value:.2g})"
 
 
 def _cell(value: Any) -> str:

@@ -82,23 +82,23 @@ def _failures(board: Any) -> list[str]:
 
 def _winner(board: Any) -> list[str]:
     """The best finished run and its re-run command, or every run it cannot be told from: the same value, or
-    not distinguishable on the same held-out items (`vs_#1` is `≈#1`, McNemar p >= 0.05)."""
+    not distinguishable on the same held-out items (McNemar p >= 0.05)."""
+    from grpo_lab.compare.leaderboard import vs_leader
     from grpo_lab.stats import ALPHA
-    from grpo_lab.sweep.report import rerun_command
 
     metric, direction = board.source.metrics[0], board.source.directions[0]
-    finished = [row for row in board.rows if row["state"] == "finished" and row["_run"].objective is not None]
-    if not finished:
+    ranking = board.ranking
+    if (best := ranking.leader) is None:
         return [f"No job finished with a value of {metric}: no winner."]
-    best = finished[0]["_run"]
-    tied = [row for row in finished if row is finished[0] or row["_run"].objective == best.objective]
-    tied += [row for row in finished if row not in tied and str(row.get("vs_#1") or "").startswith("≈")]
     value = f"{metric} = {best.objective:.4g}"
-    if len(tied) > 1:
+    if ranking.tied:
+        tied = [best, *ranking.tied]
         lines = [
-            f"Tie: {len(tied)} jobs cannot be told apart on {metric} ({direction}; the best {value}): "
-            f"the same value, or not distinguishable on the same held-out items (p >= {ALPHA}). Re-run any of them:"
+            f"Tie: {len(tied)} jobs cannot be told apart on {metric} ({direction}; the best {value}): the same "
+            f"value, or not distinguishable on the same held-out items (p >= {ALPHA}). Re-run any of them:"
         ]
-        return lines + [f"  {row['_run'].name}: {rerun_command(row['_run'].overrides)}" for row in tied]
-    beaten = f"; vs #2: {finished[1]['vs_#1']}" if len(finished) > 1 and finished[1].get("vs_#1") else ""
-    return [f"Winner: {best.name} ({value}, {direction}{beaten}). Re-run it:", f"  {rerun_command(best.overrides)}"]
+        return lines + [f"  {entry.record.name}: {entry.command}" for entry in tied]
+    runner_up = ranking.ranked[1:2]
+    label = vs_leader(runner_up[0], ranking) if runner_up else None
+    beaten = f"; vs #2: {label}" if label else ""
+    return [f"Winner: {best.record.name} ({value}, {direction}{beaten}). Re-run it:", f"  {best.command}"]

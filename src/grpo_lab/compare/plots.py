@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from grpo_lab.compare.leaderboard import Board
+from grpo_lab.ranking import Verdict
 from grpo_lab.records import HEADLINES
 
 log = logging.getLogger("grpo_lab")
 
 CURVES = tuple((h.key, h.title) for h in HEADLINES)  # (history key, title): one 2x2 panel each
+_COLORS = {Verdict.LEADER: "tab:blue", Verdict.TIED: "tab:orange"}  # the forest plot's; the rest gray
 
 
 def _matplotlib() -> Any:
@@ -57,18 +59,18 @@ def training_curves(board: Board, out_dir: Path) -> list[Path]:
 
 def forest(board: Board, out_dir: Path) -> list[Path]:
     """forest.png: one row per run, best first, its objective with the 95% interval; the leader and the runs
-    tied with it (`≈#1`: the paired test on the same items cannot tell them apart) stand out from the rest."""
+    tied with it (the ranking's verdict) stand out from the rest."""
     rows = [r for r in board.rows if board.paired and r.get("ci_low") is not None and r["_run"].objective is not None]
     if not rows:
         return []
     plt = _matplotlib()
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.35 * len(rows)))
     for y, row in enumerate(rows):
-        verdict = row.get("vs_#1") or ""
-        color = "tab:blue" if verdict == "leader" else "tab:orange" if verdict.startswith("≈#1") else "tab:gray"
+        color = _COLORS.get(row["_entry"].verdict, "tab:gray")
         value, low, high = row["_run"].objective, row["ci_low"], row["ci_high"]
         ax.errorbar(value, y, xerr=[[value - low], [high - value]], fmt="o", color=color, capsize=3)
-        ax.annotate(verdict, (high, y), xytext=(6, 0), textcoords="offset points", va="center", fontsize="small")
+        label = row.get("vs_#1") or ""
+        ax.annotate(label, (high, y), xytext=(6, 0), textcoords="offset points", va="center", fontsize="small")
     ax.set_yticks(range(len(rows)), [str(r["run"]) for r in rows], fontsize="small")
     ax.invert_yaxis()  # the leader on top
     ax.set_xlabel(f"{board.source.metrics[0]} (95% interval)")

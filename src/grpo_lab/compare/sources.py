@@ -14,6 +14,7 @@ from typing import Any
 from grpo_lab import records
 from grpo_lab.errors import GrpoLabError
 from grpo_lab.overrides import render, user_overrides
+from grpo_lab.ranking import CONFIRM_OF
 from grpo_lab.records import number as _number
 from grpo_lab.redact import MASK, redact, reveal, without_password
 
@@ -38,6 +39,7 @@ class RunRecord:
     error: str | None = None
     params: dict[str, Any] = field(default_factory=dict)  # filled by `vary`
     health: list[dict[str, Any]] | None = None  # the recorded health events; None: recorded before they were
+    confirms: int | None = None  # a sweep's confirmation run: the trial whose config it repeats with a new seed
 
 
 @dataclass
@@ -128,6 +130,25 @@ def _real_url(storage: str) -> str:
     return without_password(url) if MASK in url else url
 
 
+def _trial_record(t: Any) -> RunRecord:
+    """A trial's run folder, with what the study knows better: its state, values, parameters and overrides."""
+    run_dir = Path(t.user_attrs["run_dir"]) if t.user_attrs.get("run_dir") else None
+    record = (
+        read_run_dir(run_dir) if run_dir is not None and run_dir.exists() else RunRecord(f"trial_{t.number}", "", None)
+    )
+    record.trial = t.number
+    record.state = {"COMPLETE": "finished", "FAIL": "failed"}.get(t.state.name, t.state.name.lower())
+    record.values = list(t.values) if t.values is not None else None
+    record.objective = record.values[0] if record.values else None
+    record.overrides = user_overrides(t.user_attrs.get("overrides", []))
+    record.params = dict(t.params)
+    record.error = t.user_attrs.get("error") or record.error
+    record.confirms = t.user_attrs.get(CONFIRM_OF)
+    if t.datetime_start and t.datetime_complete:
+        record.duration_s = (t.datetime_complete - t.datetime_start).total_seconds()
+    return record
+
+
 def from_study(storage: str, study_name: str, out_dir: Path | None = None) -> Source:
     import optuna
 
@@ -153,24 +174,7 @@ def from_study(storage: str, study_name: str, out_dir: Path | None = None) -> So
     if not study.trials:
         raise SourceError(f"Study {study_name!r} in {shown} has no trials yet.")
     metrics = list(study.metric_names or [])
-    runs = []
-    for t in study.trials:
-        run_dir = Path(t.user_attrs["run_dir"]) if t.user_attrs.get("run_dir") else None
-        record = (
-            read_run_dir(run_dir)
-            if run_dir is not None and run_dir.exists()
-            else RunRecord(f"trial_{t.number}", "", None)
-        )
-        record.trial = t.number
-        record.state = {"COMPLETE": "finished", "FAIL": "failed"}.get(t.state.name, t.state.name.lower())
-        record.values = list(t.values) if t.values is not None else None
-        record.objective = record.values[0] if record.values else None
-        record.overrides = user_overrides(t.user_attrs.get("overrides", []))
-        record.params = dict(t.params)
-        record.error = t.user_attrs.get("error") or record.error
-        if t.datetime_start and t.datetime_complete:
-            record.duration_s = (t.datetime_complete - t.datetime_start).total_seconds()
-        runs.append(record)
+    runs = [_trial_record(t) for t in study.trials]
     if not metrics:
         metrics = [f"value{i}" if len(study.directions) > 1 else "objective" for i in range(len(study.directions))]
     dirs = [r.run_dir for r in runs if r.run_dir is not None]

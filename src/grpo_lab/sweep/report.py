@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import shlex
 from pathlib import Path
 from typing import Any
 
-from grpo_lab.overrides import Machinery, user_overrides, without
+from grpo_lab.overrides import Machinery, without
+from grpo_lab.ranking import Entry, Ranking, from_trials, rerun_command
 from grpo_lab.sweep import confirm
 from grpo_lab.sweep.retention import model_path
 
@@ -25,42 +25,11 @@ def _duration(trial: Any) -> str:
     return f"{(trial.datetime_complete - trial.datetime_start).total_seconds():.0f}s"
 
 
-def best_trials(study: Any) -> list[Any]:
-    """The best trial (single objective: the best seed mean once there are confirmation runs) or the
-    Pareto-optimal trials (several)."""
-    from optuna.trial import TrialState
-
-    if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        return []
-    if len(study.directions) > 1:
-        return list(study.best_trials)
-    if ranked := confirm.rank(study):
-        return [study.get_trials(deepcopy=False)[ranked[0].trial]]
-    return [study.best_trial]
-
-
-def tied_with_best(study: Any) -> list[int]:
-    """The trials that cannot be told from the best one: statistically tied seed means after confirmation
-    runs, else search trials with exactly the best value (a smoke sweep where every trial scored 0)."""
-    if len(study.directions) > 1 or not (best := best_trials(study)):
-        return []
-    best = best[0]
-    if ranked := confirm.rank(study):
-        return [r.trial for r in ranked[1:] if r.tied]
-    return [
-        t.number
-        for t in study.get_trials(deepcopy=False)
-        if t.state.name == "COMPLETE"
-        and t.number != best.number
-        and not confirm.is_confirmation(t)
-        and t.value == best.value
-    ]
-
-
-def trials_table(study: Any, metrics: list[str]) -> str:
+def trials_table(study: Any, metrics: list[str], ranking: Ranking | None = None) -> str:
     """One line per trial: number, state, value(s), parameters, duration; the best marked with *."""
+    ranking = ranking or from_trials(study)
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
-    best = {t.number for t in best_trials(study)}
+    best = {e.trial for e in ranking.best}
     names = sorted({name for t in trials for name in t.params})
     header = ["#", "state", *metrics, *names, "time", "note"]
     rows = []
@@ -89,66 +58,66 @@ def trials_table(study: Any, metrics: list[str]) -> str:
     return "\n".join(lines)
 
 
-def rerun_command(overrides: list[str]) -> str:
-    """`python -m grpo_lab ...` for a trial, to paste into a shell: its overrides as a user types them
-    (the CLI adds the `++` again), minus the sweep machinery."""
-    return shlex.join(["python", "-m", "grpo_lab", *user_overrides(overrides)])
+def _entry(entry: Entry, metrics: list[str]) -> dict[str, Any]:
+    t = entry.record
+    return {
+        "trial": entry.trial,
+        "values": dict(zip(metrics, entry.values, strict=True)),
+        "params": dict(t.params),
+        "run_dir": t.user_attrs.get("run_dir"),
+        # Where its model is, if this trial kept one (hydra.sweeper.keep_models).
+        "model": str(model) if (model := model_path(t)) is not None and model.is_dir() else None,
+        # As its job got them, less Hydra's settings and the sweeper's `trial=` (study, storage, id).
+        "overrides": without(list(entry.overrides), Machinery.HYDRA, Machinery.TRIAL),
+        "command": entry.command,
+    }
 
 
-def write_best(study: Any, path: Path, *, metrics: list[str], storage: str) -> Path | None:
+def _confirmed(ranking: Ranking) -> list[dict[str, Any]]:
+    """Each confirmed config's seeds: what the leader was chosen by."""
+    return [
+        {
+            "trial": c.trial,
+            "values": list(c.values),
+            "mean": c.mean.mean,
+            "ci95": [c.mean.ci_low, c.mean.ci_high],
+            "p_vs_best": c.p_vs_best,
+            "tied": c.tied,
+        }
+        for c in ranking.configs
+    ]
+
+
+def write_best(
+    study: Any, path: Path, *, metrics: list[str], storage: str, ranking: Ranking | None = None
+) -> Path | None:
     """`best.yaml`: the best trial (or the Pareto front) as parameters plus the exact command to re-run it."""
     from omegaconf import OmegaConf
 
-    best = best_trials(study)
-    if not best:
-        return None
-    entries = []
-    for t in best:
-        overrides = list(t.user_attrs.get("overrides", []))
-        entries.append(
-            {
-                "trial": t.number,
-                "values": dict(zip(metrics, t.values, strict=True)),
-                "params": dict(t.params),
-                "run_dir": t.user_attrs.get("run_dir"),
-                # Where its model is, if this trial kept one (hydra.sweeper.keep_models).
-                "model": str(model) if (model := model_path(t)) is not None and model.is_dir() else None,
-                # As its job got them, less Hydra's settings and the sweeper's `trial=` (study, storage, id).
-                "overrides": without(overrides, Machinery.HYDRA, Machinery.TRIAL),
-                "command": rerun_command(overrides),
-            }
-        )
-    data: dict[str, Any] = {
-        "study": study.study_name,
-        "storage": storage,
-        "directions": [d.name.lower() for d in study.directions],
-        "updated": dt.datetime.now().isoformat(timespec="seconds"),
-    }
-    if len(entries) == 1:
-        data |= entries[0]
-        data["tied_with"] = tied_with_best(study)  # trials not shown to differ from this one
-        if ranked := confirm.rank(study):  # chosen by the seed mean: each confirmed config's seeds
-            data["confirm"] = [
-                {
-                    "trial": r.trial,
-                    "values": r.values,
-                    "mean": r.mean.mean,
-                    "ci95": [r.mean.ci_low, r.mean.ci_high],
-                    "p_vs_best": r.p_vs_best,
-                    "tied": r.tied,
-                }
-                for r in ranked
-            ]
-    else:
-        data["pareto_front"] = entries
-    path.parent.mkdir(parents=True, exist_ok=True)
     from grpo_lab.records import write_atomic
     from grpo_lab.redact import redact
 
-    # Every worker of a shared study rewrites best.yaml: each through its own temporary file (one shared
-    # `best.tmp` let one worker's rename take the file from under another's: FileNotFoundError, the sweep died).
+    ranking = ranking or from_trials(study)
+    if not ranking.best:
+        return None
+    data: dict[str, Any] = {
+        "study": study.study_name,
+        "storage": storage,
+        "directions": list(ranking.directions),
+        "updated": dt.datetime.now().isoformat(timespec="seconds"),
+    }
+    if ranking.leader is not None:
+        data |= _entry(ranking.leader, metrics)
+        data["tied_with"] = [e.trial for e in ranking.tied]  # trials not shown to differ from this one
+        if ranking.configs:
+            data["confirm"] = _confirmed(ranking)
+    else:
+        data["pareto_front"] = [_entry(e, metrics) for e in ranking.best]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Every worker of a shared study rewrites best.yaml: each through its own temporary file, so that no
+    # worker's rename takes the file from under another's.
     write_atomic(path, OmegaConf.to_yaml(OmegaConf.create(redact(data))))
     return path
 
 
-__all__ = ["best_trials", "rerun_command", "tied_with_best", "trials_table", "write_best"]
+__all__ = ["rerun_command", "trials_table", "write_best"]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_lab.errors import ConfigError
+from grpo_lab.ranking import Ranking, from_trials
 
 log = logging.getLogger("grpo_lab")
 
@@ -32,37 +33,13 @@ def check_policy(policy: str, top_k: int) -> None:
         raise ConfigError(f"`hydra.sweeper.keep_top_k={top_k}` must be >= 1.")
 
 
-def ranked_complete(study: Any) -> list[Any]:
-    """COMPLETE trials, best first (single objective; after confirmation runs the configs by their seed mean
-    first, each config's runs by value); the Pareto front first, then the rest (several)."""
-    from optuna.study import StudyDirection
-    from optuna.trial import TrialState
-
-    from grpo_lab.sweep.confirm import CONFIRM_OF, rank
-
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    if len(study.directions) > 1:
-        front = {t.number for t in study.best_trials}
-        return sorted(complete, key=lambda t: (t.number not in front, t.number))
-    sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
-    configs = {r.trial: i for i, r in enumerate(rank(study))}
-    return sorted(
-        complete,
-        key=lambda t: (
-            configs.get(int(t.user_attrs.get(CONFIRM_OF, t.number)), len(configs)),
-            sign * t.value,
-            t.number,
-        ),
-    )
-
-
-def kept_trials(study: Any, policy: str, top_k: int) -> list[Any]:
-    """The trials whose models stay, best first (with several objectives: the Pareto front)."""
+def kept_trials(ranking: Ranking, policy: str, top_k: int) -> list[Any]:
+    """The trials whose models stay, best first (with several objectives and `best`: the Pareto front)."""
     if policy == "none":
         return []
-    if policy == "best" and len(study.directions) > 1:
-        return sorted(study.best_trials, key=lambda t: t.number)
-    ranked = ranked_complete(study)
+    if policy == "best" and len(ranking.directions) > 1:
+        return [e.record for e in ranking.best]
+    ranked = [e.record for e in ranking.ranked]
     return ranked if policy == "all" else ranked[:top_k]
 
 
@@ -71,9 +48,9 @@ def model_path(trial: Any) -> Path | None:
     return Path(run_dir) / MODEL_DIR if run_dir else None
 
 
-def apply(study: Any, policy: str, top_k: int) -> list[Path]:
+def apply(study: Any, policy: str, top_k: int, ranking: Ranking | None = None) -> list[Path]:
     """Delete the models of trials that are not kept; returns the kept models that exist, best first."""
-    kept = kept_trials(study, policy, top_k)
+    kept = kept_trials(ranking or from_trials(study), policy, top_k)
     if policy != "all":
         keep = {t.number for t in kept}
         for trial in study.get_trials(deepcopy=False):

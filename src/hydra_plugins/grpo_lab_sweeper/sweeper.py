@@ -108,6 +108,7 @@ class GrpoOptunaSweeper(Sweeper):
 
         from grpo_lab.config import check_metric_name
         from grpo_lab.paths import config_groups
+        from grpo_lab.ranking import from_trials
         from grpo_lab.sweep import retention
         from grpo_lab.sweep import storage as st
         from grpo_lab.sweep.retention import check_policy
@@ -136,7 +137,9 @@ class GrpoOptunaSweeper(Sweeper):
             self._run_until(s.n_trials + self._plan_confirmation(study, storage, url), *run)
         with st.claim_lock(url, storage, s.study_name):
             st.fail_stale(study, storage)
-        self._report(study, url, metrics, kept=retention.apply(study, s.keep_models, s.keep_top_k))
+        ranking = from_trials(study)
+        kept = retention.apply(study, s.keep_models, s.keep_top_k, ranking)
+        self._report(study, ranking, url, metrics, kept=kept)
 
     def _run_until(
         self,
@@ -150,6 +153,7 @@ class GrpoOptunaSweeper(Sweeper):
         distributions: dict,
     ) -> None:
         """Claim and run batches of trials until the study holds `target` finished trials."""
+        from grpo_lab.ranking import from_trials
         from grpo_lab.sweep import retention
         from grpo_lab.sweep import storage as st
         from grpo_lab.sweep.report import write_best
@@ -163,8 +167,9 @@ class GrpoOptunaSweeper(Sweeper):
             except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (grpo_lab.interrupts.Interrupted): stop the sweep
                 self._interrupted(study, trials, e)
                 raise
-            retention.apply(study, s.keep_models, s.keep_top_k)
-            write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=redact(url))
+            ranking = from_trials(study)
+            retention.apply(study, s.keep_models, s.keep_top_k, ranking)
+            write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=redact(url), ranking=ranking)
             self._check_failures(study)
 
     def _check_confirm(self, metrics: list[str], distributions: dict) -> None:
@@ -289,26 +294,25 @@ class GrpoOptunaSweeper(Sweeper):
         )
         return study, worker
 
-    def _report(self, study: Any, url: str, metrics: list[str], kept: list) -> None:
+    def _report(self, study: Any, ranking: Any, url: str, metrics: list[str], kept: list) -> None:
         """The end of the sweep: the trials table, best.yaml, the best trial(s) and how to run them again."""
         from grpo_lab.sweep import confirm
-        from grpo_lab.sweep.report import best_trials, tied_with_best, trials_table, write_best
+        from grpo_lab.sweep.report import trials_table, write_best
 
         s = self.settings
         print(f"\n== grpo_lab sweep `{s.study_name}` ({redact(url)}) ==", flush=True)
-        print(trials_table(study, metrics), flush=True)
-        if ranked := confirm.rank(study):
+        print(trials_table(study, metrics, ranking), flush=True)
+        if ranking.configs:
             print(f"\nConfirmation runs ({metrics[0]}, mean over seeds, 95% t-interval):", flush=True)
-            print(confirm.table(ranked), flush=True)
-            print(confirm.verdict(ranked), flush=True)
-        best = write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=redact(url))
+            print(confirm.table(ranking), flush=True)
+            print(confirm.verdict(ranking), flush=True)
+        best = write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=redact(url), ranking=ranking)
         if best is not None:
             label = "Pareto-optimal trials" if len(metrics) > 1 else "Best trial"
-            tied = tied_with_best(study)
-            tie = f", tied with {', '.join('#' + str(n) for n in tied)}" if tied else ""
-            print(f"\n{label}: {', '.join('#' + str(t.number) for t in best_trials(study))}{tie}  (details in {best})")
-            for t in best_trials(study)[:5]:
-                print(f"  #{t.number}: {t.user_attrs.get('command', '')}")
+            tie = f", tied with {', '.join('#' + str(e.trial) for e in ranking.tied)}" if ranking.tied else ""
+            print(f"\n{label}: {', '.join('#' + str(e.trial) for e in ranking.best)}{tie}  (details in {best})")
+            for entry in ranking.best[:5]:
+                print(f"  #{entry.trial}: {redact(entry.command)}")
         if kept:
             print(f"Kept models (keep_models={s.keep_models}): " + ", ".join(str(p) for p in kept), flush=True)
         print(f"Dashboard: optuna-dashboard {redact(url)}", flush=True)  # the user knows the password
@@ -350,6 +354,7 @@ class GrpoOptunaSweeper(Sweeper):
         self, study: Any, storage: Any, url: str, trials: list, space: Any, metrics: list[str], worker: int
     ) -> None:
         from grpo_lab.overrides import as_typed, key
+        from grpo_lab.ranking import rerun_command
         from grpo_lab.sweep import storage as st
 
         keys = {key(o) for o in space.fixed}
@@ -358,8 +363,6 @@ class GrpoOptunaSweeper(Sweeper):
         for trial, overrides in zip(trials, batch, strict=True):
             trial.set_user_attr("overrides", redact(overrides))
             trial.set_user_attr("worker", worker)
-            from grpo_lab.sweep.report import rerun_command
-
             trial.set_user_attr("command", redact(rerun_command(overrides)))
             shown = " ".join(as_typed(o) for o in space.overrides_for(trial.params)[len(space.fixed) :])
             log.info("Trial %d: %s", trial.number, redact(shown))
