@@ -210,6 +210,28 @@ def test_gsm8k_split_without_eval_path() -> None:
     assert set(again.eval["question"]) <= eval_  # the caps draw from the same split
 
 
+@needs_gsm8k
+def test_every_gsm8k_reference_is_graded_right_when_a_completion_writes_its_number() -> None:
+    """One answer rule for data and rewards: each reference, written back the ways a model writes numbers (as
+    GSM8K wrote it, with thousands separators, a dollar sign, a trailing period), scores 1; one more scores 0."""
+    from grpo_lab.rewards.math import correctness
+
+    raw = [json.loads(line)["answer"] for line in (GSM8K_DIR / "test.jsonl").open()]
+    pair = load_datasets(gsm8k(eval_size=None))
+    references = list(pair.eval["answer"])
+    written = [r.rpartition("####")[2].strip() for r in raw]  # e.g. "1,600" as GSM8K's solution ends
+    for forms in (
+        written,
+        [f"{float(r):,.0f}" if float(r).is_integer() else r for r in references],
+        [f"${r}" for r in references],
+        [f"{r}." for r in references],
+    ):
+        completions = [f"<answer>\n{f}\n</answer>" for f in forms]
+        assert correctness(completions, answer=references) == [1.0] * len(references)
+    off_by_one = [f"<answer>{float(r) + 1:g}</answer>" for r in references]
+    assert correctness(off_by_one, answer=references) == [0.0] * len(references)
+
+
 def test_gsm8k_answer_parsing_and_errors(tmp_path: Path) -> None:
     good = write_jsonl(
         tmp_path / "g.jsonl",

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from grpo_lab.config import ArithmeticData, DataConfig, Gsm8kData, JsonlData
 from grpo_lab.errors import DataError
 from grpo_lab.hub import hub_endpoint, hub_offline, hub_reachable
+from grpo_lab.rewards.parsing import normalize_reference, parse_number
 
 if TYPE_CHECKING:
     from datasets import Dataset, Features
@@ -249,20 +249,18 @@ def _answer_text(value: Any, where: str) -> str | None:
     return str(value).strip()
 
 
-_NUMBER = re.compile(r"-?[\d,]*\.?\d+")
-
-
 def gsm8k_final_answer(solution: Any, where: str = "answer") -> str:
     """GSM8K's reference: the text after ``####``, commas removed (``"... #### 1,234"`` -> ``"1234"``).
 
-    A bare number (already the final answer) is accepted as is.
+    A bare number (already the final answer) is accepted as is. The rules are the rewards' own
+    (grpo_lab.rewards.parsing), so that a reference and a completion with the same number always agree.
     """
     text = _answer_text(solution, where)
-    if text is not None and "####" in text:
-        return text.split("####")[-1].replace(",", "").strip()
-    if text is not None and _NUMBER.fullmatch(text):
-        return text.replace(",", "")
-    raise DataError(f"{where}: a GSM8K answer must end with `#### <number>`, got {solution!r}.")
+    gradable = text is not None and ("####" in text or parse_number(text) is not None)
+    reference = normalize_reference(text) if gradable else None
+    if reference is None:
+        raise DataError(f"{where}: a GSM8K answer must end with `#### <number>`, got {solution!r}.")
+    return reference
 
 
 def _gsm8k_row(obj: dict[str, Any], where: str) -> dict[str, Any]:
