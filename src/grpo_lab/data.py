@@ -11,7 +11,7 @@ TRL's GRPOTrainer passes every column but ``prompt`` to the reward functions as 
 reward sees ``answer=[...]`` aligned with its completions.
 
 ``datasets`` is imported inside functions: it costs about a second to import, and config-only commands
-(``grpo-lab show``, validation) should not pay for it.
+(`--cfg job`, `--help`, validation) should not pay for it.
 """
 
 from __future__ import annotations

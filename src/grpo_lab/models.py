@@ -412,7 +412,7 @@ def _convert_gguf(folder: Path, gguf_file: str, tmp: Path, target: Path) -> None
 
 def _unmark_quantized(model: PreTrainedModel) -> None:
     # A GGUF load is dequantized to full precision but stays flagged as quantized, so Trainer refuses to
-    # fine-tune it and save_pretrained refuses to save it (FACTS.md). The weights are plain tensors.
+    # fine-tune it and save_pretrained refuses to save it. The weights are plain tensors.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
@@ -478,7 +478,7 @@ def _tiny_tokenizer() -> PreTrainedTokenizerBase:
         show_progress=False,
     )
     bpe.train_from_iterator(_tiny_corpus(), trainer=trainer)
-    # padding_side goes to the constructor: an attribute set afterwards is not saved (FACTS.md).
+    # padding_side goes to the constructor: an attribute set afterwards is not saved.
     return PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         pad_token="<|pad|>",
