@@ -14,18 +14,17 @@ only the GRPOConfig fields our YAML or the user sets.
 
 from __future__ import annotations
 
-import difflib
 import math
-import types
-import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
+from grpo_lab import grpo_fields, limits
 from grpo_lab.errors import ConfigError
-from grpo_lab.grpo_fields import grpo_config_fields, trl_default, trl_version
+from grpo_lab.grpo_fields import trl_default, trl_version
+from grpo_lab.validation import Problem, fail, nearest, problems, unknown_key
 
 
 # --------------------------------------------------------------------------------------------- schema
@@ -94,6 +93,16 @@ DataConfig = Annotated[Union[ArithmeticData, Gsm8kData, JsonlData], Field(discri
 _DATA_KINDS: dict[str, type[_DataBase]] = {"arithmetic": ArithmeticData, "gsm8k": Gsm8kData, "jsonl": JsonlData}
 
 
+def _function_spec(value: Any, own: tuple[str, ...] = ()) -> Any:
+    """Hydra's spelling of a function: `_target_` beside its own keyword arguments (and grpo_lab's `own` keys)."""
+    if not isinstance(value, Mapping) or "target" in value:
+        return value
+    if "_target_" not in value:
+        raise PydanticCustomError("no_target", "must be a mapping with a `_target_` (dotted path of the function)")
+    kwargs = {str(k): v for k, v in value.items() if k != "_target_" and k not in own}
+    return {"_target_": value["_target_"], "kwargs": kwargs} | {k: value[k] for k in own if k in value}
+
+
 class RewardFunction(_Schema):
     model_config = ConfigDict(validate_by_name=True)
     # A built-in reward name or the dotted path of a callable `(completions, **kwargs) -> list[float | None]`.
@@ -103,12 +112,7 @@ class RewardFunction(_Schema):
     @model_validator(mode="before")
     @classmethod
     def _from_hydra(cls, value: Any) -> Any:
-        """Hydra's spelling: `_target_` beside the function's own keyword arguments."""
-        if not isinstance(value, Mapping) or "target" in value:
-            return value
-        if "_target_" not in value:
-            raise PydanticCustomError("no_target", "must be a mapping with a `_target_` (dotted path of the function)")
-        return {"_target_": value["_target_"], "kwargs": {str(k): v for k, v in value.items() if k != "_target_"}}
+        return _function_spec(value)
 
 
 class RewardConfig(_Schema):
@@ -132,7 +136,20 @@ class OptimizerConfig(_Schema):
     gradient_accumulation_steps: PositiveInt
 
 
+class Grader(RewardFunction):
+    # A reward function as a held-out grader (grpo_lab.graders): an item passes when its score >= threshold.
+    # Set beside `_target_` in the YAML; 1 (a 0/1 grader) when left out.
+    threshold: float = 1.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_hydra(cls, value: Any) -> Any:
+        return _function_spec(value, own=("threshold",))
+
+
 class EvalConfig(_Schema):
+    # Held-out graders, name -> function: each name is a metric, `eval_after/<name>` (grpo_lab.graders).
+    graders: dict[str, Grader]
     before: bool
     after: bool
     # Also evaluate every N training steps (for curves and for pruning sweep trials); null = never.
@@ -242,25 +259,25 @@ _ALIASES = {
     "lora_alpha": "alpha",
     "lora_dropout": "dropout",
 }
-# GRPOConfig fields that grpo_lab sets from elsewhere: one place per setting.
-_OWNED_TRAINER_FIELDS = {
-    "learning_rate": "the top-level `lr`",
-    "beta": "the top-level `beta`",
-    "num_generations": "the top-level `num_generations`",
-    "seed": "the top-level `seed`",
-    "max_steps": "the top-level `max_steps`",
-    "optim": "`optimizer.optim`",
-    "weight_decay": "`optimizer.weight_decay`",
-    "warmup_steps": "`optimizer.warmup_ratio`",
-    "lr_scheduler_type": "`optimizer.scheduler`",
-    "max_grad_norm": "`optimizer.max_grad_norm`",
-    "gradient_accumulation_steps": "`optimizer.gradient_accumulation_steps`",
-    "gradient_checkpointing": "`model.gradient_checkpointing`",
-    "activation_checkpointing": "`model.gradient_checkpointing`",
-    "reward_weights": "`reward.weights.<name>`",
-    "output_dir": "the run folder (Hydra's `hydra.run.dir`)",
-    "run_name": "`logger.name`",
-    "report_to": "the logger group (`logger=wandb` or `logger=none`)",
+# GRPOConfig fields that grpo_lab sets from elsewhere (one place per setting) -> the key a user types.
+OWNED_TRAINER_FIELDS = {
+    "learning_rate": "lr",
+    "beta": "beta",
+    "num_generations": "num_generations",
+    "seed": "seed",
+    "max_steps": "max_steps",
+    "optim": "optimizer.optim",
+    "weight_decay": "optimizer.weight_decay",
+    "warmup_steps": "optimizer.warmup_ratio",
+    "lr_scheduler_type": "optimizer.scheduler",
+    "max_grad_norm": "optimizer.max_grad_norm",
+    "gradient_accumulation_steps": "optimizer.gradient_accumulation_steps",
+    "gradient_checkpointing": "model.gradient_checkpointing",
+    "activation_checkpointing": "model.gradient_checkpointing",
+    "reward_weights": "reward.weights",
+    "output_dir": "hydra.run.dir",
+    "run_name": "logger.name",
+    "report_to": "logger",
 }
 # Names from PPO or older TRL releases that are not GRPO settings at all.
 _NOT_GRPO = {
@@ -287,192 +304,42 @@ _NOT_GRPO = {
 
 # ------------------------------------------------------------------------------------------ converting
 def _nearest(key: str, candidates: Iterable[str]) -> str | None:
-    matches = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
-    return matches[0] if matches else None
+    return nearest(key, candidates)
 
 
-def _unknown_key(path: str, key: str, valid: list[str]) -> ConfigError:
-    full = f"{path}.{key}" if path else key
+def _alias(key: str, valid: list[str]) -> str | None:
+    """The name grpo_lab or TRL uses for a key other libraries spell ``key``, when it is valid here."""
     alias = _ALIASES.get(key)
-    if alias in valid:
-        hint = f"Did you mean `{_join(path, alias)}`? (`{alias}` is TRL's / grpo_lab's name for it.)"
-    elif (near := _nearest(key, valid)) is not None:
-        hint = f"Did you mean `{_join(path, near)}`?"
-    else:
-        hint = f"Valid keys here: {', '.join(sorted(valid))}."
-    return ConfigError(f"Unknown config key `{full}`. {hint}")
+    return alias if alias in valid else None
 
 
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
+def _reward_problems(reward: RewardConfig) -> list[Problem]:
+    found = [
+        unknown_key("reward.weights", n, list(reward.functions)) for n in reward.weights if n not in reward.functions
+    ]
+    found += [
+        Problem(f"reward.weights.{n}", "missing", note="every reward needs a weight (e.g. `+reward.weights.NAME=1.0`)")
+        for n in reward.functions
+        if n not in reward.weights
+    ]
+    return found
 
 
-def _members(tp: Any) -> tuple[Any, ...]:
-    """The alternatives of a union (Annotated wrappers removed), or () if ``tp`` is not one."""
-    if typing.get_origin(tp) is Annotated:
-        tp = typing.get_args(tp)[0]
-    if typing.get_origin(tp) not in (Union, types.UnionType):
-        return ()
-    return tuple(typing.get_args(a)[0] if typing.get_origin(a) is Annotated else a for a in typing.get_args(tp))
-
-
-def _type_name(tp: Any) -> str:
-    if members := _members(tp):
-        return " | ".join(_type_name(a) for a in members)
-    if typing.get_origin(tp) is Annotated:
-        return _type_name(typing.get_args(tp)[0])
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return "a mapping"
-    if typing.get_origin(tp) is not None:
-        return str(tp).replace("typing.", "")
-    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
-
-
-class _Where(typing.NamedTuple):
-    """A pydantic error location in our words: the dotted key a user types and what is declared there."""
-
-    path: str
-    parent: str
-    holder: type[BaseModel] | None  # the model whose key the location ends in
-    field: Any  # its FieldInfo (None inside dicts and lists)
-    declared: Any  # the declared type; a union when pydantic tried several alternatives
-
-
-def _locate(loc: tuple[Any, ...], root: type[BaseModel]) -> _Where:
-    path, parent, holder, field, tp = "", "", None, None, root
-    parts = list(loc)
-    while parts:
-        members = _members(tp)
-        if members:
-            tag = parts[0]
-            chosen = [m for m in members if m is _DATA_KINDS.get(str(tag))]
-            models = [m for m in members if m is not type(None)]
-            if chosen:  # a discriminated union names the tag it picked
-                parts.pop(0)
-                tp = chosen[0]
-            elif len(models) == 1:  # `X | None`: pydantic reports inside X directly
-                tp = models[0]
-            else:  # several alternatives were tried: the error is about the whole union
-                break
-            continue
-        part = parts.pop(0)
-        parent = path
-        if isinstance(tp, type) and issubclass(tp, BaseModel):
-            holder = tp
-            field = tp.model_fields.get(str(part)) or next(
-                (f for f in tp.model_fields.values() if f.alias == part), None
-            )
-            path, tp = _join(path, str(part)), (field.annotation if field else None)
-        elif typing.get_origin(tp) is dict:
-            path, tp, field = _join(path, str(part)), typing.get_args(tp)[1], None
-        elif typing.get_origin(tp) is list:
-            path, tp, field = f"{path}[{part}]", typing.get_args(tp)[0], None
-        else:
-            path = _join(path, str(part))
-    return _Where(path, parent, holder, field, tp)
-
-
-# What each pydantic type error means, in a user's words.
-_EXPECTED = {
-    "bool_type": "true or false",
-    "int_type": "an integer",
-    "int_from_float": "an integer",
-    "float_type": "a number",
-    "finite_number": "a finite number",
-    "string_type": "a string",
-    "list_type": "a list",
-    "dict_type": "a mapping",
-    "model_type": "a mapping",
-    "model_attributes_type": "a mapping",
-}
-_BOUNDS = {
-    "greater_than": ("gt", ">"),
-    "greater_than_equal": ("ge", ">="),
-    "less_than": ("lt", "<"),
-    "less_than_equal": ("le", "<="),
-}
-
-
-def _message(error: Any, where: _Where) -> str:
-    kind, value, ctx = error["type"], error.get("input"), error.get("ctx") or {}
-    path = f"`{where.path or 'config'}`"
-    why = f" ({where.field.description})" if where.field is not None and where.field.description else ""
-    if kind == "extra_forbidden":
-        valid = [f.alias or n for n, f in where.holder.model_fields.items()] if where.holder else []
-        return str(_unknown_key(where.parent, where.path.rpartition(".")[2], valid))
-    if kind == "union_tag_invalid":
-        near = _nearest(str(ctx.get("tag")), _DATA_KINDS)
-        tip = f" Did you mean {near!r}?" if near else ""
-        return f"{path[:-1]}.kind` must be one of {', '.join(_DATA_KINDS)}, got {ctx.get('tag')!r}.{tip}"
-    if kind == "union_tag_not_found":
-        return f"{path} must be a mapping with a `kind` ({', '.join(_DATA_KINDS)})."
-    if kind == "literal_error":
-        choices = typing.get_args(where.declared)
-        near = _nearest(str(value), [str(c) for c in choices])
-        tip = f" Did you mean {near!r}?" if near else ""
-        return f"{path} must be one of {', '.join(map(repr, choices))}, got {value!r}.{tip}"
-    if kind in _BOUNDS:
-        key, sign = _BOUNDS[kind]
-        return f"{path} must be {sign} {ctx[key]}{why}, got {value!r}."
-    if kind == "too_short":
-        return f"{path} must not be empty{why}."
-    if _members(where.declared):
-        return f"{path} must be {_type_name(where.declared)}, got {value!r}."
-    if kind in _EXPECTED:
-        example = f" (e.g. {path[:-1]}=1e-5`)" if kind == "float_type" else ""
-        return f"{path} must be {_EXPECTED[kind]}{why}, got {value!r}{example}."
-    return f"{path}: {error['msg']}{why}, got {value!r}."
-
-
-def _config_error(error: ValidationError) -> ConfigError:
-    """One ConfigError for all that pydantic found, each problem in our words."""
-    missing: list[str] = []
-    problems: list[str] = []
-    for item in error.errors(include_url=False):
-        where = _locate(item["loc"], RunConfig)
-        if item["type"] == "missing":
-            missing.append(f"`{where.path}`")
-        elif (message := _message(item, where)) not in problems:
-            problems.append(message)
-    if missing:
-        problems.append(
-            f"Missing config key(s) {', '.join(missing)}: every key needs a value in conf/ (YAML holds the defaults)."
-        )
-    if len(problems) == 1:
-        return ConfigError(problems[0])
-    return ConfigError(f"{len(problems)} problems in the config:\n" + "\n".join(f"  - {p}" for p in problems))
-
-
-def _check_reward_names(reward: RewardConfig) -> None:
-    for name in reward.weights:
-        if name not in reward.functions:
-            raise _unknown_key("reward.weights", name, list(reward.functions))
-    missing = [n for n in reward.functions if n not in reward.weights]
-    if missing:
-        raise ConfigError(
-            "Every reward needs a weight; missing: "
-            + ", ".join(f"`reward.weights.{n}`" for n in missing)
-            + " (add e.g. `+reward.weights.NAME=1.0`)."
-        )
-
-
-def _check_trainer_keys(trainer: Mapping[str, Any]) -> dict[str, Any]:
-    fields = grpo_config_fields()
-    for key in trainer:
-        if key in _OWNED_TRAINER_FIELDS:
-            raise ConfigError(
-                f"`trainer.{key}` is set through {_OWNED_TRAINER_FIELDS[key]} in grpo_lab; set it there instead."
-            )
-        if key in _NOT_GRPO and key not in fields:
-            owner = _ALIASES.get(key)
-            tip = f" Use {_OWNED_TRAINER_FIELDS[owner]} instead." if owner in _OWNED_TRAINER_FIELDS else ""
-            raise ConfigError(
-                f"`trainer.{key}` is not a GRPO setting: TRL {trl_version()}'s GRPOConfig has no `{key}` "
-                f"(it comes from PPO or an older TRL).{tip}"
-            )
-        if key not in fields:
-            raise _unknown_key("trainer", str(key), list(fields))
-    return dict(trainer)
+def _trainer_key_problems(trainer: Mapping[str, Any]) -> list[Problem]:
+    fields = grpo_fields.grpo_config_fields()
+    found = []
+    for key in map(str, trainer):
+        if key in OWNED_TRAINER_FIELDS:
+            owner = OWNED_TRAINER_FIELDS[key]
+            note = f"(grpo_lab sets GRPOConfig.{key} from `{owner}`: set it there.)"
+            found.append(Problem(f"trainer.{key}", "unknown_key", near=owner, note=note))
+        elif key in _NOT_GRPO and key not in fields:
+            owner = OWNED_TRAINER_FIELDS.get(_ALIASES.get(key, ""))
+            note = f"(not a GRPO setting: TRL {trl_version()}'s GRPOConfig has no `{key}`; PPO or an old TRL has it.)"
+            found.append(Problem(f"trainer.{key}", "unknown_key", near=owner, note=note))
+        elif key not in fields:
+            found.append(unknown_key("trainer", key, list(fields)))
+    return found
 
 
 # ------------------------------------------------------------------------------------------ checking
@@ -487,7 +354,8 @@ def check_batch_shape(run: RunConfig, num_processes: int) -> None:
     gen_batch = run.trainer.get("generation_batch_size")
     g = run.num_generations
     if gen_batch is not None and steps_per_gen is not None:
-        raise ConfigError("Set `trainer.generation_batch_size` or `trainer.steps_per_generation`, not both.")
+        must = "set `trainer.generation_batch_size` or `trainer.steps_per_generation`, not both."
+        raise fail(Problem("trainer.steps_per_generation", "rule", steps_per_gen, must))
     if gen_batch is None:
         steps = steps_per_gen if steps_per_gen is not None else run.optimizer.gradient_accumulation_steps
         gen_batch = per_device * num_processes * steps
@@ -498,20 +366,19 @@ def check_batch_shape(run: RunConfig, num_processes: int) -> None:
     else:
         how = "trainer.generation_batch_size"
         if gen_batch % (per_device * num_processes):
-            raise ConfigError(
-                f"`trainer.generation_batch_size={gen_batch}` must be a multiple of the global batch "
-                f"(per_device_train_batch_size {per_device} x {num_processes} process(es))."
-            )
+            must = f"be a multiple of per_device_train_batch_size {per_device} x {num_processes} process(es)"
+            raise fail(Problem("trainer.generation_batch_size", "range", gen_batch, must))
     if gen_batch % g:
         # Smallest per-device batch >= the current one that makes whole groups.
         step = g // math.gcd(g, gen_batch // per_device)
         fixed = -(-per_device // step) * step
-        raise ConfigError(
-            f"Batch shape: {how} = {gen_batch} completions per generation batch, which is not a multiple of "
+        must = (
+            f"{how} = {gen_batch} completions per generation batch, which is not a multiple of "
             f"num_generations={g} (GRPO needs whole groups of {g} completions per prompt). "
             f"Use `trainer.per_device_train_batch_size={fixed}`, or a num_generations that divides {gen_batch} "
             f"({_divisors(gen_batch)})."
         )
+        raise fail(Problem("num_generations", "rule", g, must))
 
 
 def _divisors(n: int) -> str:
@@ -520,40 +387,41 @@ def _divisors(n: int) -> str:
 
 def validate(run: RunConfig) -> RunConfig:
     """The rules that span fields (each field's own type and range are declared in the schema)."""
-    if run.launcher.kind == "local" and run.launcher.num_processes != 1:
-        raise ConfigError(
-            "`launcher=local` trains in one process; for several use "
-            f"`launcher=ddp launcher.num_processes={run.launcher.num_processes}`."
-        )
+    n = run.launcher.num_processes
+    if run.launcher.kind == "local" and n != 1:
+        must = f"`launcher=local` trains in one process; for several use `launcher=ddp launcher.num_processes={n}`."
+        raise fail(Problem("launcher.num_processes", "rule", n, must))
     if run.launcher.kind == "accelerate" and run.launcher.config_file is None:
-        raise ConfigError("`launcher.config_file` must name an accelerate config file (e.g. ddp.yaml).")
+        raise fail(Problem("launcher.config_file", "missing", note="name an accelerate config file (e.g. ddp.yaml)"))
     _check_objective(run)
     check_batch_shape(run, run.launcher.num_processes)
     return run
 
 
-EVAL_METRICS = ("accuracy", "format", "mean_length")
+EVAL_EXTRA_METRICS = ("mean_length",)  # what an evaluation measures besides its graders' shares
 
 
-def check_metric_name(metric: str) -> None:
-    """A metric a run produces: eval_before/eval_after + one of EVAL_METRICS, or train/<logged key>."""
+def check_metric_name(metric: str, graders: Sequence[str] | None = None) -> None:
+    """A metric a run produces: eval_before/eval_after + a grader's name (any name when `graders` is None: the
+    job checks it against its own `eval.graders`) or `mean_length`, or train/<logged key>."""
     prefix, _, name = metric.partition("/")
-    if prefix in ("eval_before", "eval_after"):
-        if name not in EVAL_METRICS:
-            near = _nearest(name, EVAL_METRICS)
+    known = [*(graders or ()), *EVAL_EXTRA_METRICS]
+    if prefix in ("eval_before", "eval_after") and name:
+        if graders is not None and name not in known:
+            near = _nearest(name, known)
             tip = f" Did you mean `{prefix}/{near}`?" if near else ""
-            raise ConfigError(f"Metric `{metric}`: {prefix} has {', '.join(EVAL_METRICS)}.{tip}")
+            raise ConfigError(f"Metric `{metric}`: {prefix} has {', '.join(known)} (`eval.graders`).{tip}")
     elif prefix != "train" or not name:
         raise ConfigError(
-            f"Metric `{metric}` must be `eval_after/<{'|'.join(EVAL_METRICS)}>`, `eval_before/...`, "
-            "or `train/<logged key>` (e.g. `train/reward_end`, `train/kl`)."
+            f"Metric `{metric}` must be `eval_after/<grader>` (a name in `eval.graders`, or mean_length), "
+            "`eval_before/...`, or `train/<logged key>` (e.g. `train/reward_end`, `train/kl`)."
         )
 
 
 def _check_objective(run: RunConfig) -> None:
     """The objective must be a metric the run will produce (see train.training_metrics / evaluate)."""
     metric = run.objective.metric
-    check_metric_name(metric)
+    check_metric_name(metric, list(run.eval.graders))
     prefix = metric.partition("/")[0]
     if prefix.startswith("eval_") and not getattr(run.eval, prefix.removeprefix("eval_")):
         raise ConfigError(f"`objective.metric={metric}` needs `eval.{prefix.removeprefix('eval_')}=true`.")
@@ -574,9 +442,12 @@ def load(cfg: Any) -> RunConfig:
     try:
         run = RunConfig.model_validate(raw)
     except ValidationError as e:
-        raise _config_error(e) from None
-    _check_reward_names(run.reward)
-    _check_trainer_keys(run.trainer)
+        raise fail(*problems(e, RunConfig, aliases=_alias)) from None
+    if found := _reward_problems(run.reward) or _trainer_key_problems(run.trainer):
+        raise fail(*found)
+    kwargs = grpo_kwargs(run, output_dir="", report_to=[], run_name=None)
+    if found := limits.trainer_problems(kwargs, user_key) + limits.lora_problems(run.model.lora):
+        raise fail(*found)
     return validate(run)
 
 
@@ -609,14 +480,14 @@ def grpo_kwargs(run: RunConfig, *, output_dir: str, report_to: list[str], run_na
 
 def user_key(field: str) -> str:
     """The key a user types for GRPOConfig field ``field``: ``lr`` for ``learning_rate``, else ``trainer.<field>``."""
-    owner = _OWNED_TRAINER_FIELDS.get(field, "")
-    quoted = owner.split("`")
-    return quoted[1] if len(quoted) > 2 else f"trainer.{field}"
+    return OWNED_TRAINER_FIELDS.get(field, f"trainer.{field}")
 
 
 def _checkpointing_field() -> str:
     return (
-        "activation_checkpointing" if "activation_checkpointing" in grpo_config_fields() else "gradient_checkpointing"
+        "activation_checkpointing"
+        if "activation_checkpointing" in grpo_fields.grpo_config_fields()
+        else "gradient_checkpointing"
     )
 
 

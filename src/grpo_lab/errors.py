@@ -11,7 +11,15 @@ class GrpoLabError(Exception):
 
 
 class ConfigError(GrpoLabError, ValueError):
-    """The composed config is invalid: unknown key, wrong type or value, impossible batch shape."""
+    """The composed config is invalid: unknown key, wrong type or value, impossible batch shape.
+
+    ``key`` is the config key as the user types it and ``kind`` what is wrong there (see
+    :mod:`grpo_lab.validation`, which builds these); ``problems`` lists every problem found at once.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, kind: str = "rule", problems: tuple = ()) -> None:
+        super().__init__(message)
+        self.key, self.kind, self.problems = key, kind, tuple(problems)
 
 
 class DataError(GrpoLabError):

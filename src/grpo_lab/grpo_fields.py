@@ -1,106 +1,138 @@
-"""The fields of TRL's ``GRPOConfig``, read from the installed source without importing TRL.
+"""The fields of TRL's ``GRPOConfig`` as data: name, default, the plain types and the choices TRL declares.
 
-Importing trl (and with it torch and transformers) costs ~5 s; composing and validating a run must not
-pay that. ``GRPOConfig`` is a dataclass chain ``TrainingArguments -> _BaseConfig -> GRPOConfig`` whose
-fields are plain annotated class attributes, so parsing those three classes with :mod:`ast` gives the
-exact field names and their literal defaults (a test checks this against ``dataclasses.fields``).
+TRL is the authority on ``trainer.*``: everything here is read from ``dataclasses.fields(GRPOConfig)``, never
+written by hand, so a TRL release that adds a field or a choice needs no change in grpo_lab. Importing TRL
+(with torch and transformers) costs ~5 s, which composing and validating must not pay: the first process that
+imports TRL anyway (any run, ``doctor``) writes what it read to a small JSON file in the cache folder, keyed by
+the TRL and transformers versions, and later processes read that file instead.
 """
 
 from __future__ import annotations
 
-import ast
+import dataclasses
+import enum
 import functools
-import importlib.util
+import json
+import os
+import re
+import types
+import typing
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-# (package, file inside the package, class) from base to most derived: later classes override defaults.
-_CHAIN = (
-    ("transformers", "training_args.py", "TrainingArguments"),
-    ("trl", "trainer/base_config.py", "_BaseConfig"),
-    ("trl", "trainer/grpo_config.py", "GRPOConfig"),
-)
-
-_NO_DEFAULT = object()
+NO_DEFAULT = "<no literal default>"
+# The plain types a field can declare, by the names the JSON file uses.
+_PLAIN = {bool: "bool", int: "int", float: "float", str: "str", type(None): "null", list: "list", dict: "dict"}
+# Values TRL's help text quotes, in single quotes or backticks; a value after `=` belongs to another field.
+_QUOTED = re.compile(r"(?<![=\w])'(\w+)'|(?<![\w'])`(\w+)`")
 
 
 @dataclass(frozen=True)
-class FieldInfo:
+class TrlField:
     name: str
-    default: Any  # the literal default, or NO_DEFAULT when it is not a literal
-    help: str
+    default: Any  # JSON-able literal, or NO_DEFAULT
+    types: tuple[str, ...] | None  # names from _PLAIN; None when the annotation is not a union of them
+    choices: tuple[Any, ...] | None  # from an Enum or Literal in the annotation
+    named: tuple[str, ...]  # the values the field's help quotes (TRL types some choices as plain `str`)
 
 
-def _package_dir(package: str) -> Path:
-    spec = importlib.util.find_spec(package)
-    if spec is None or spec.origin is None:
-        raise ModuleNotFoundError(f"{package} is not installed; run `make install` (see README).")
-    return Path(spec.origin).parent
+def _members(annotation: Any) -> tuple[Any, ...]:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return typing.get_args(annotation)
+    return (annotation,)
 
 
-def _literal(node: ast.AST | None) -> Any:
-    if node is None:
-        return _NO_DEFAULT
+def _describe(field: dataclasses.Field, names: set[str]) -> TrlField:
+    types_: list[str] = []
+    choices: list[Any] | None = None
+    for member in _members(field.type):
+        origin = typing.get_origin(member) or member
+        if isinstance(member, type) and issubclass(member, enum.Enum):
+            choices = [*(choices or []), *(e.value for e in member)]
+        elif origin is typing.Literal:
+            choices = [*(choices or []), *typing.get_args(member)]
+        elif origin in _PLAIN:
+            types_.append(_PLAIN[origin])
+        else:
+            types_ = []
+            break
+    default = field.default
     try:
-        return ast.literal_eval(node)
-    except (ValueError, SyntaxError, TypeError):
-        return _NO_DEFAULT
+        json.dumps(default)
+    except (TypeError, ValueError):
+        default = NO_DEFAULT
+    if default is dataclasses.MISSING:
+        default = NO_DEFAULT
+    help_text = str(field.metadata.get("help", ""))
+    named = {a or b for a, b in _QUOTED.findall(help_text)} - names - {"True", "False", "None"}
+    return TrlField(
+        field.name, default, tuple(types_) or None, None if choices is None else tuple(choices), tuple(sorted(named))
+    )
 
 
-def _field_default_and_help(value: ast.AST | None) -> tuple[Any, str]:
-    """``x: int = 3`` or ``x: int = field(default=3, metadata={"help": ...})``."""
-    if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "field":
-        default: Any = _NO_DEFAULT
-        help_text = ""
-        for kw in value.keywords:
-            if kw.arg == "default":
-                default = _literal(kw.value)
-            elif kw.arg == "metadata" and isinstance(kw.value, ast.Dict):
-                for k, v in zip(kw.value.keys, kw.value.values, strict=False):
-                    if isinstance(k, ast.Constant) and k.value == "help":
-                        text = _literal(v)
-                        help_text = text if isinstance(text, str) else ""
-        return default, help_text
-    return _literal(value), ""
+def from_class(config_cls: type) -> dict[str, TrlField]:
+    """The fields of a GRPOConfig-like dataclass (``trl.GRPOConfig``, or a stand-in in a test)."""
+    fields = dataclasses.fields(config_cls)
+    names = {f.name for f in fields}
+    return {f.name: _describe(f, names) for f in fields}
 
 
-def _class_fields(path: Path, class_name: str) -> dict[str, FieldInfo]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            out = {}
-            for stmt in node.body:
-                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                    default, help_text = _field_default_and_help(stmt.value)
-                    out[stmt.target.id] = FieldInfo(stmt.target.id, default, help_text)
-            return out
-    raise LookupError(f"class {class_name} not found in {path}: the installed TRL/transformers layout changed.")
+def _cache_file() -> Path:
+    from grpo_lab.paths import cache_dir
+
+    return cache_dir() / "trl" / f"grpo_config-trl{version('trl')}-transformers{version('transformers')}.json"
+
+
+def _read(path: Path) -> dict[str, TrlField] | None:
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+        return {
+            r["name"]: TrlField(
+                r["name"],
+                r["default"],
+                None if r["types"] is None else tuple(r["types"]),
+                None if r["choices"] is None else tuple(r["choices"]),
+                tuple(r["named"]),
+            )
+            for r in rows
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write(path: Path, fields: dict[str, TrlField]) -> None:
+    rows = [dataclasses.asdict(f) for f in fields.values()]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(rows), encoding="utf-8")
+        os.replace(tmp, path)  # another process may write the same file at the same time
+    except OSError:
+        pass  # a read-only cache only costs the import next time
 
 
 @functools.cache
-def grpo_config_fields() -> dict[str, FieldInfo]:
-    """Every field name of ``trl.GRPOConfig`` -> its literal default and help text."""
-    fields: dict[str, FieldInfo] = {}
-    for package, rel, cls in _CHAIN:
-        for name, info in _class_fields(_package_dir(package) / rel, cls).items():
-            previous = fields.get(name)
-            # A subclass that only re-annotates keeps the parent's help text.
-            if previous is not None and not info.help:
-                info = FieldInfo(name, info.default, previous.help)
-            fields[name] = info
+def grpo_config_fields() -> dict[str, TrlField]:
+    """Every field of the installed ``trl.GRPOConfig``: from the cache file, else from TRL itself (imports it)."""
+    path = _cache_file()
+    if (cached := _read(path)) is not None:
+        return cached
+    from trl import GRPOConfig
+
+    fields = from_class(GRPOConfig)
+    _write(path, fields)
     return fields
 
 
 def trl_default(name: str) -> Any:
-    """TRL's literal default for ``name``; raises KeyError when it is not a GRPOConfig field."""
+    """TRL's literal default for ``name``; raises KeyError when it is not a GRPOConfig field or has none."""
     default = grpo_config_fields()[name].default
-    if default is _NO_DEFAULT:
+    if default == NO_DEFAULT:
         raise KeyError(f"GRPOConfig.{name} has no literal default")
     return default
 
 
 def trl_version() -> str:
-    from importlib.metadata import version
-
     return version("trl")
