@@ -71,24 +71,10 @@ def generate(
     batch_size: int,
     desc: str,
     sampling: dict[str, Any] | None = None,
-) -> list[Any]:
-    """(completion text, completion token count) for each conversation, in batches, with a progress bar:
-    greedy, or with `sampling` (generate()'s do_sample, temperature, num_return_sequences... : then each
-    prompt's completions follow one another)."""
-    batches = _batches(model, tokenizer, prompts, max_new_tokens, batch_size, desc, sampling)
-    return [out for batch in batches for out in batch]
-
-
-def _batches(
-    model: Any,
-    tokenizer: Any,
-    prompts: list[list[dict]],
-    max_new_tokens: int,
-    batch_size: int,
-    desc: str,
-    sampling: dict[str, Any] | None,
 ) -> Iterator[list[tuple[str, int]]]:
-    """generate()'s batches one by one, so that a caller can stop between two."""
+    """(completion text, completion token count) for each conversation, batch by batch (a caller may stop
+    between two), with a progress bar: greedy, or with `sampling` (generate()'s do_sample, temperature,
+    num_return_sequences... : then each prompt's completions follow one another)."""
     import torch
     from tqdm.auto import tqdm
 
@@ -135,7 +121,14 @@ def evaluate(
     prompts = list(dataset["prompt"])
     samples: list[dict[str, Any]] = []
     lengths: list[int] = []
-    batches = _batches(model, tokenizer, [prompts[i] for i in order], cfg.max_new_tokens, cfg.batch_size, desc, None)
+    batches = generate(
+        model,
+        tokenizer,
+        [prompts[i] for i in order],
+        max_new_tokens=cfg.max_new_tokens,
+        batch_size=cfg.batch_size,
+        desc=desc,
+    )
     for batch in batches:
         items = order[len(samples) : len(samples) + len(batch)]
         graded = _grade(graders, items, [text for text, _ in batch], columns)
