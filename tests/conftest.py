@@ -145,3 +145,14 @@ def run_prune_sweep(cwd: Path, cache: Path, *extra: str) -> list:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return load_study(cwd, "prune").trials
+
+
+def one_line_naming(error_or_text: BaseException | str, *names: str) -> str:
+    """Assert an error (or a CLI's message) is one line that carries every name literally: the config key,
+    file:line, value or nearest valid name the user needs to act. Not its prose, which may be reworded.
+    Returns the text, for a test that checks one more thing (an order, a value that must be absent)."""
+    text = str(error_or_text) if isinstance(error_or_text, BaseException) else error_or_text.strip()
+    assert "\n" not in text, f"not one line: {text!r}"
+    missing = [name for name in names if name not in text]
+    assert not missing, f"{missing} not in: {text!r}"
+    return text
