@@ -352,11 +352,11 @@ def test_jsonl_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         load_datasets(jsonl(Path("missing.jsonl")))
     # The key as typed, and where a relative path was looked for.
     one_line_naming(error.value, "data.path=missing.jsonl", str(tmp_path / "missing.jsonl"))
-    cols = write_jsonl(tmp_path / "cols.jsonl", [{"question": "Q?", "answer": "1"}])
+    cols = write_jsonl(tmp_path / "cols.jsonl", [{"question": "Q?", "answer": "1", "level": 2}])
     with pytest.raises(DataError) as error:
         load_datasets(jsonl(cols))
     # The needed and the found columns, and the loader that reads this shape.
-    one_line_naming(error.value, "cols.jsonl:1", "prompt", "answer", "question", "data=gsm8k")
+    one_line_naming(error.value, "cols.jsonl:1", "prompt", "level", "data=gsm8k")
     empty = write_jsonl(tmp_path / "empty.jsonl", ["", "  "])
     with pytest.raises(DataError) as error:
         load_datasets(jsonl(empty))
