@@ -21,7 +21,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 
 from grpo_lab import health
-from grpo_lab.records import HEADLINES
+from grpo_lab.summary import HEADLINES
 
 # The order in which reasons to stop win over one another: a diverged run is never reported as pruned.
 # Shown beside the progress bar: TRL's log key -> a short name.

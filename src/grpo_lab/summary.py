@@ -3,9 +3,33 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from grpo_lab.stats import ALPHA, detectable_difference
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A training metric that every view of a run shows first (progress bar, leaderboard, curves, W&B)."""
+
+    key: str  # TRL's log key: a history.jsonl row's key
+    column: str  # the leaderboard's column
+    short: str  # beside the progress bar
+    title: str  # the training curve's title
+
+    @property
+    def metric(self) -> str:
+        """The key in metrics.json's `metrics` and in the W&B run (summary and history)."""
+        return f"train/{self.key}"
+
+
+HEADLINES = (
+    Headline("reward", "reward", "reward", "reward"),
+    Headline("reward_std", "reward_std", "std", "reward std"),
+    Headline("kl", "kl", "kl", "KL to the reference"),
+    Headline("completions/mean_length", "length", "len", "mean completion length (tokens)"),
+)
 
 
 def _num(value: Any, digits: int = 3) -> str:

@@ -4,7 +4,7 @@ Stages, in order: set up (resume point, model source check, data, rewards, GRPOC
 can fail from bad input, before W&B or a model) -> track (W&B run, sweep trial) -> load the model ->
 evaluate before -> train (GRPOTrainer, history.jsonl live, periodic evals, pruning) -> save -> evaluate
 after -> record. One :class:`Recorder` keeps the run's metrics and closes it, finished, failed, pruned
-or interrupted: metrics.json (grpo_lab.records) and the tracker's end, in one place. No argv or
+or interrupted: metrics.json (grpo_lab.run_folder) and the tracker's end, in one place. No argv or
 environment reading: the CLI passes everything in, so a test can call this directly.
 
 Ctrl-C or SIGTERM (grpo_lab.interrupts) ends a run as `interrupted`, with the signal and the step reached;
@@ -25,14 +25,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_lab import data as data_mod
-from grpo_lab import health, interrupts, models, records, startup
+from grpo_lab import health, interrupts, models, startup
 from grpo_lab.config import RunConfig, to_grpo_config
 from grpo_lab.errors import GrpoLabError
 from grpo_lab.evaluate import EvalResult, change_metrics, evaluate
 from grpo_lab.graders import Grader, check_can_judge
 from grpo_lab.graders import build as build_graders
-from grpo_lab.records import RunResult
+from grpo_lab.resume import Resume, find_resume
 from grpo_lab.rewards import build_rewards
+from grpo_lab.run_folder import RunFolder, RunResult
 from grpo_lab.tracking import Tracker
 
 if TYPE_CHECKING:
@@ -75,12 +76,12 @@ class Objective(float):
 
 
 # ------------------------------------------------------------------------------------------- resume
-def resume_context(cfg: RunConfig, ctx: RunContext) -> tuple[RunContext, records.Resume | None]:
+def resume_context(cfg: RunConfig, ctx: RunContext) -> tuple[RunContext, Resume | None]:
     """With `resume=<folder>`, the job writes into that folder, whatever Hydra's run dir is, under the
     run's first name (not one that spells out `resume=...`)."""
     if cfg.resume is None:
         return ctx, None
-    point = records.find_resume(cfg.resume)
+    point = find_resume(cfg.resume)
     if point.run_dir != ctx.run_dir:
         log.info("Resuming into %s (Hydra's own folder for this job is %s).", point.run_dir, ctx.run_dir)
     name = point.previous.get("run_name") or ctx.run_name
@@ -89,7 +90,7 @@ def resume_context(cfg: RunConfig, ctx: RunContext) -> tuple[RunContext, records
 
 def _resume_hint(run_dir: Path) -> str:
     try:
-        point = records.find_resume(str(run_dir))
+        point = find_resume(str(run_dir))
     except GrpoLabError:
         return ""
     return f" Continue it from step {point.step} with `resume={run_dir}`."
@@ -125,12 +126,16 @@ class _Job:
 
     cfg: RunConfig
     ctx: RunContext  # with `resume=`, the resumed run's folder and name
-    resume: records.Resume | None
+    resume: Resume | None
     pair: Any  # data.DatasetPair: train and held-out eval
     reward_funcs: list[Any]
     graders: list[Grader]  # held-out evaluation (eval.graders)
     tracker: Tracker
     grpo_args: Any  # trl.GRPOConfig
+
+    @property
+    def folder(self) -> RunFolder:
+        return RunFolder(self.ctx.run_dir)
 
     @property
     def main(self) -> bool:
@@ -155,7 +160,7 @@ def _set_up(cfg: RunConfig, ctx: RunContext) -> _Job:
         tags=[cfg.name, *cfg.logger.tags, *ctx.extra_tags],
     )
     grpo_args = to_grpo_config(
-        cfg, output_dir=str(ctx.run_dir / records.TRAINER), report_to=tracker.report_to, run_name=ctx.run_name
+        cfg, output_dir=str(RunFolder(ctx.run_dir).trainer_dir), report_to=tracker.report_to, run_name=ctx.run_name
     )
     return _Job(cfg, ctx, resume, pair, reward_funcs, graders, tracker, grpo_args)
 
@@ -168,6 +173,7 @@ class Recorder:
 
     def __init__(self, job: _Job, started: float) -> None:
         self.job = job
+        self.folder = RunFolder(job.ctx.run_dir)
         self.main = job.main
         self.started = started
         self.durations: dict[str, float] = {"setup": time.monotonic() - started}
@@ -184,7 +190,7 @@ class Recorder:
         """The run folder's first files (config, overrides, environment)."""
         job = self.job
         if self.main:
-            records.write_start(job.ctx.run_dir, job.ctx.resolved_config, job.ctx.overrides)
+            self.folder.write_start(job.ctx.resolved_config, job.ctx.overrides)
         if job.resume is not None:
             self.extra["resumed_from"] = {"checkpoint": str(job.resume.checkpoint), "step": job.resume.step}
             log.info("Resuming from %s (step %d).", job.resume.checkpoint, job.resume.step)
@@ -201,24 +207,25 @@ class Recorder:
         if not self.main:
             return
         upto = self.job.resume.step if self.job.resume is not None else None
-        self.rows.extend(records.restart_jsonl(self.job.ctx.run_dir / records.HISTORY, upto))
-        self.evals.extend(records.restart_jsonl(self.job.ctx.run_dir / records.EVAL_PERIODIC, upto))
+        rows, evals = self.folder.restart_logs(upto)
+        self.rows.extend(rows)
+        self.evals.extend(evals)
 
     def log_step(self, row: dict[str, Any]) -> None:
         self.rows.append(row)
-        records.append_jsonl(self.job.ctx.run_dir / records.HISTORY, row)
+        self.folder.append_history(row)
 
     def log_eval(self, step: int, metrics: dict[str, float]) -> None:
         """A periodic evaluation: eval_periodic.jsonl now, metrics.json's `eval_periodic` at the end, W&B."""
         row = {"step": step, **metrics}
         self.evals.append(row)
-        records.append_jsonl(self.job.ctx.run_dir / records.EVAL_PERIODIC, row)
+        self.folder.append_eval_periodic(row)
         self.job.tracker.log({f"eval/{k}": v for k, v in metrics.items()} | {"train/global_step": step})
 
     def add_eval(self, name: str, result: EvalResult) -> None:
         """An evaluation before or after training: its metrics, and its graded completions as `<name>.jsonl`."""
         self.metrics |= result.metrics(name)
-        records.write_eval(self.job.ctx.run_dir, name, result.samples)
+        self.folder.write_eval(name, result.samples)
         self.held_out[name] = result
         if name == "eval_after" and "eval_before" in self.held_out:  # the same items, before and after
             self.metrics |= change_metrics(self.held_out["eval_before"], result)
@@ -242,7 +249,7 @@ class Recorder:
         """metrics.json, then the tracker's summary and end: the one place a run is closed."""
         result.durations["total"] = time.monotonic() - self.started
         periodic = {"eval_periodic": self.evals} if self.evals else {}
-        records.write_metrics(result, **extra, **self.extra, **periodic)
+        self.folder.write_metrics(result, **extra, **self.extra, **periodic)
         self.closed = True  # a failure to write it (a full disk) is recorded as failed, if it can be
         # Every ending's W&B summary says which health rules fired, and when (a failed run's too).
         self.job.tracker.summarize(summary | {f"health/{e['rule']}": e["step"] for e in self.health})
@@ -317,7 +324,7 @@ class Recorder:
             name,
             step,
             self.job.cfg.max_steps,
-            run_dir / records.METRICS,
+            RunFolder(run_dir).metrics_file,
             _resume_hint(run_dir),
         )
         return as_interrupt
@@ -351,9 +358,9 @@ def _train_and_evaluate(job: _Job, recorder: Recorder) -> RunResult:
     trainer = _train(job, recorder, model, tokenizer, reporter, outcome)
     if outcome.status is None:
         if job.cfg.output.save_model:  # every process: sharded (DeepSpeed/FSDP) weights are gathered here
-            trainer.save_model(str(job.ctx.run_dir / records.MODEL))
+            trainer.save_model(str(job.folder.model_dir))
             if job.main:
-                tokenizer.save_pretrained(str(job.ctx.run_dir / records.MODEL))
+                tokenizer.save_pretrained(str(job.folder.model_dir))
         if job.main and job.cfg.eval.after:
             _evaluate_after(job, recorder, trainer.model, tokenizer, reporter, outcome)
     return _close(job, recorder, outcome, reporter)
