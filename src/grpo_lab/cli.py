@@ -227,7 +227,7 @@ def _report(error: Exception) -> int:
     line = describe(error)
     if _verbose() or (line is None and not isinstance(error, CompactHydraException)):
         text = "".join(traceback.format_exception(error))
-    elif isinstance(error, CompactHydraException):  # Hydra's own short messages (bad override, missing config)
+    elif isinstance(error, CompactHydraException) and line is None:  # Hydra's short messages (bad override...)
         text = f"{error}\n" + (f"{error.__cause__}\n" if isinstance(error.__cause__, OmegaConfBaseException) else "")
     else:
         text = f"Error: {line}\n"

@@ -88,6 +88,10 @@ def describe(error: BaseException) -> str | None:
     """
     if isinstance(error, GrpoLabError):  # our own messages: kept as written (a few add lines on purpose)
         return _tidy(str(error))
+    from grpo_lab.validation import hydra_problem, render
+
+    if (problem := hydra_problem(error)) is not None:  # Hydra refused a key or value of our own schema
+        return render(problem)
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:

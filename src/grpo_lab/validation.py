@@ -21,7 +21,19 @@ from grpo_lab.errors import ConfigError
 # What went wrong: an unknown key, a missing one, a value of the wrong type, out of range, not among the
 # choices, against a rule that spans keys, or refused by a library (TRL, transformers, peft).
 Kind = Literal["unknown_key", "missing", "type", "range", "choice", "rule", "rejected"]
-UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
+
+
+class _Unset:
+    """No value given (None is a value: `null`); pickles as this module's UNSET (jobs send errors across processes)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __reduce__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
 
 
 @dataclass(frozen=True)
@@ -225,3 +237,37 @@ def unknown_key(
 def problems(error: ValidationError, root: Any, prefix: str = "", aliases: Any = None, why: str = "") -> list[Problem]:
     """Every error pydantic found, as Problems, keys relative to ``prefix`` (``why``: the root's description)."""
     return [problem(e, locate(e["loc"], root, prefix), aliases, why) for e in error.errors(include_url=False)]
+
+
+# ------------------------------------------------------------------------------- Hydra's refusals
+# Structured configs of ours that Hydra checks while composing (keys and types): their refusals are ours.
+_OWN_SCHEMAS = ("hydra_plugins.grpo_lab_sweeper",)
+_PLAIN_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def hydra_problem(error: BaseException) -> Problem | None:
+    """Hydra's refusal of a key or value in one of our structured configs, as a Problem; None otherwise.
+
+    OmegaConf's exception carries the key, the value and the dataclass as attributes: nothing is read from
+    its message.
+    """
+    import dataclasses
+
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+    from omegaconf.errors import ValidationError as OmegaConfValidationError
+
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, OmegaConfBaseException):
+        cause = cause.__cause__
+    schema = getattr(cause, "object_type", None)
+    if cause is None or not dataclasses.is_dataclass(schema) or not schema.__module__.startswith(_OWN_SCHEMAS):
+        return None
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    full_key, key = str(getattr(cause, "full_key", "")), str(getattr(cause, "key", ""))
+    if isinstance(cause, ConfigAttributeError | ConfigKeyError) and key not in fields:
+        return unknown_key(full_key.rpartition(".")[0], key, list(fields))
+    if isinstance(cause, OmegaConfValidationError) and key in fields:
+        declared = fields[key].type
+        expected = _PLAIN_NAMES.get(declared) or _type_name(declared)
+        return Problem(full_key, "type", getattr(cause, "value", UNSET), f"be {expected}")
+    return None
