@@ -1,9 +1,12 @@
-"""Which storage errors are a race between workers (retried) and which are the user's (fail at once): real errors."""
+"""The sweep's storage: which errors are a race between workers (retried) and which are the user's (fail at once),
+on real errors; claiming trials up to a target and failing (and retrying) the trials of a dead worker."""
 
 from __future__ import annotations
 
 import sqlite3
+import time
 
+import optuna
 import pytest
 import sqlalchemy
 
@@ -68,5 +71,27 @@ def test_a_wrong_password_fails_once_and_is_not_retried(monkeypatch):
     sleeps = []
     monkeypatch.setattr(st.time, "sleep", sleeps.append)  # a retry would sleep before its next attempt
     with pytest.raises(ConfigError, match="password authentication failed"):
-        st.make_storage(wrong, heartbeat_interval=10, grace_period=30, max_retry=None)
+        st.SweepStorage.open(wrong, heartbeat_interval=10, grace_period=30, max_retry=None)
     assert sleeps == []
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_claims_stop_at_the_target_and_a_dead_workers_trials_are_failed_and_retried(tmp_path, kind):
+    url = f"sqlite:///{tmp_path / 'optuna.db'}" if kind == "sqlite" else f"journal:{tmp_path / 'optuna.log'}"
+    storage = st.SweepStorage.open(url, heartbeat_interval=1, grace_period=1, max_retry=1)
+    study = storage.create_or_load_study("s", directions=["maximize"], sampler=None, pruner=None)
+    x = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    claimed = storage.claim(study, target=3, batch=2, distributions=x)
+    assert [t.number for t in claimed] == [0, 1]
+    study.tell(claimed[0], 0.5)
+    assert len(storage.claim(study, target=3, batch=2, distributions=x)) == 1  # 1 finished + 2 running = 3
+    assert storage.claim(study, target=3, batch=2, distributions=x) == []
+    time.sleep(2.5)  # no heartbeats: the worker of trials 1 and 2 looks dead
+    assert storage.fail_stale(study) == [1, 2]
+    states = [t.state.name for t in study.get_trials()]
+    assert states == ["COMPLETE", "FAIL", "FAIL", "WAITING", "WAITING"]  # each retried once (max_retry=1)
+    again = storage.claim(study, target=3, batch=2, distributions=x)
+    assert [t.number for t in again] == [3, 4]
+    with storage.heartbeats([storage.trial_id("s", 3), storage.trial_id("s", 4)]):
+        time.sleep(2.5)
+        assert storage.fail_stale(study) == []  # beating: alive

@@ -6,6 +6,8 @@
   PostgreSQL), so that workers together run exactly `n_trials` and never more.
 - Running trials send heartbeats (Optuna's on RDB storages, grpo_lab's own on journal files); a trial
   whose worker died goes stale and is marked FAIL (and re-run with `retry_failed`) by the next claim.
+
+:class:`SweepStorage` is what the sweeper holds; :func:`open_storage` opens a storage to read or report to.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import fcntl
 import hashlib
 import logging
 import random
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,17 +95,14 @@ def open_storage(url: str) -> Any:
     return url
 
 
-def make_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_retry: int | None) -> Any:
-    """An Optuna storage for `url` with heartbeats (and retries of stale trials when `max_retry` is set)."""
+def _optuna_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_retry: int | None) -> Any:
+    """The Optuna storage for `url`, with Optuna's heartbeats (and retries of stale trials) on RDB storages."""
     import optuna
-    from optuna.storages import RetryFailedTrialCallback
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
 
-    callback = RetryFailedTrialCallback(max_retry=max_retry) if max_retry else None
     if url.startswith(JOURNAL_PREFIX):
         Path(url.removeprefix(JOURNAL_PREFIX)).parent.mkdir(parents=True, exist_ok=True)
-        journal = open_storage(url)  # Optuna keeps no heartbeats here: `beat` and `fail_stale` do
-        journal.grpo_lab_grace_period, journal.grpo_lab_max_retry = grace_period, max_retry
-        return journal
+        return open_storage(url)  # Optuna keeps no heartbeats here: SweepStorage does
     sqlite = _sqlite_path(url)
     if sqlite is not None:
         sqlite.parent.mkdir(parents=True, exist_ok=True)
@@ -110,6 +111,7 @@ def make_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_re
             f"Storage {redact(url)!r}: use `postgresql+psycopg2://...` (plain postgresql:// means psycopg 3 under "
             "SQLAlchemy 2, which is not installed)."
         )
+    callback = RetryHeartbeatStaleTrialCallback(max_retry=max_retry) if max_retry else None
     # Workers racing on an empty database collide creating the schema; the loser retries and finds it.
     for attempt in range(8):
         try:
@@ -117,7 +119,7 @@ def make_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_re
                 url,
                 heartbeat_interval=heartbeat_interval,
                 grace_period=grace_period,
-                failed_trial_callback=callback,
+                heartbeat_stale_trial_callback=callback,
                 engine_kwargs=_engine_kwargs(url),
             )
         except Exception as e:
@@ -159,142 +161,187 @@ def is_race(error: BaseException) -> bool:
     return False
 
 
-def create_or_load_study(name: str, storage: Any, *, directions: list[str], sampler: Any, pruner: Any) -> Any:
-    import optuna
-
-    for attempt in range(8):
-        try:
-            study = optuna.create_study(
-                study_name=name,
-                storage=storage,
-                directions=directions,
-                sampler=sampler,
-                pruner=pruner,
-                load_if_exists=True,
-            )
-            break
-        except Exception as e:
-            if attempt == 7 or not is_race(e):
-                raise
-            time.sleep(0.2 + random.random() * 0.5)
-    existing = [d.name.lower() for d in study.directions]
-    if existing != [d.lower() for d in directions]:
-        raise ConfigError(
-            f"Study {name!r} already exists with direction(s) {existing}, not {directions}: "
-            "use another `hydra.sweeper.study_name` or the same objectives."
-        )
-    return study
-
-
-@contextlib.contextmanager
-def claim_lock(url: str, storage: Any, study_name: str) -> Iterator[None]:
-    """Serialise "how many trials are left? -> ask" across workers."""
-    path = lock_path(url)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-        return
-    if url.startswith("postgresql"):
-        from sqlalchemy import text
-
-        key = int.from_bytes(hashlib.sha256(study_name.encode()).digest()[:7], "big")
-        with storage.engine.connect() as conn:
-            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
-            try:
-                yield
-            finally:
-                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-        return
-    yield  # other databases: no cross-worker lock; n_trials may be overshot by concurrent workers
-
-
-def claim_trials(study: Any, storage: Any, url: str, *, target: int, batch: int, distributions: dict) -> list[Any]:
-    """Ask up to `batch` new trials, never more than the study needs to reach `target` finished trials.
-
-    The count and the ask happen under one cross-worker lock and the count comes from ONE snapshot of
-    the study. (Counting finished and running trials with two reads let a trial that another worker
-    finished between them be counted in neither, and the study overshot `n_trials`: the bug of round 1.)
-    Only asks create trials and every ask happens here, so trials taken can only grow while the lock
-    is held; a trial finishing or failing meanwhile moves between states of the same count, or out of it.
-    Stale trials are failed under the same lock, so that two workers never both replace one.
-    """
-    from optuna.trial import TrialState
-
-    with claim_lock(url, storage, study.study_name):
-        fail_stale(study, storage)
-        states = [t.state for t in study.get_trials(deepcopy=False)]
-        taken = sum(s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING) for s in states)
-        trials = [study.ask(distributions) for _ in range(max(0, min(batch, target - taken)))]
-        for trial in trials:  # alive from the start: a worker killed before its first beat still goes stale
-            beat(storage, trial_id(storage, study.study_name, trial.number))
-    return trials
-
-
-def trial_id(storage: Any, study_name: str, number: int) -> int:
-    """A trial's storage id (what heartbeats and state updates take), through the storage's public API:
-    Optuna's Trial and FrozenTrial keep it only as a private attribute."""
-    return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study_name), number)
-
-
 # Journal files keep no heartbeats in Optuna: grpo_lab keeps its own in a system attribute (wall clock).
 _HEARTBEAT_ATTR = "grpo_lab:heartbeat"
 
 
-def beat(storage: Any, trial_id: int) -> None:
-    """Record that a trial's worker is alive (RDB: Optuna's heartbeat table; journal: our system attr)."""
-    import optuna
+@dataclass(frozen=True)
+class SweepStorage:
+    """A sweep's storage: its URL, the Optuna storage, the cross-worker claim lock, heartbeats and stale trials."""
 
-    if isinstance(storage, optuna.storages.RDBStorage):
-        if storage.heartbeat_interval is not None:
-            storage.record_heartbeat(trial_id)
-    else:
-        storage.set_trial_system_attr(trial_id, _HEARTBEAT_ATTR, time.time())
+    url: str
+    optuna: Any  # the Optuna storage object
+    heartbeat_interval: int
+    grace_period: int
+    max_retry: int | None  # re-runs of a stale trial (RetryHeartbeatStaleTrialCallback); None or 0: none
 
+    @classmethod
+    def open(cls, url: str, *, heartbeat_interval: int, grace_period: int, max_retry: int | None) -> SweepStorage:
+        kwargs = {"heartbeat_interval": heartbeat_interval, "grace_period": grace_period, "max_retry": max_retry}
+        return cls(url, _optuna_storage(url, **kwargs), **kwargs)
 
-def _stale_journal_trials(study: Any, grace_period: float) -> list[Any]:
-    from optuna.trial import TrialState
+    @property
+    def is_rdb(self) -> bool:
+        import optuna
 
-    now = time.time()
-    return [
-        t
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        if _HEARTBEAT_ATTR in t.system_attrs and now - float(t.system_attrs[_HEARTBEAT_ATTR]) > grace_period
-    ]
+        return isinstance(self.optuna, optuna.storages.RDBStorage)
 
+    @contextlib.contextmanager
+    def lock(self, study_name: str) -> Iterator[None]:
+        """Serialise "how many trials are left? -> ask" across workers."""
+        path = lock_path(self.url)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(handle, fcntl.LOCK_UN)
+            return
+        if self.url.startswith("postgresql"):
+            from sqlalchemy import text
 
-def fail_stale(study: Any, storage: Any) -> list[int]:
-    """Mark trials of dead workers (no heartbeat within the grace period) FAIL; returns their numbers.
+            key = int.from_bytes(hashlib.sha256(study_name.encode()).digest()[:7], "big")
+            with self.optuna.engine.connect() as conn:
+                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+                try:
+                    yield
+                finally:
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            return
+        yield  # other databases: no cross-worker lock; n_trials may be overshot by concurrent workers
 
-    RDB storages use Optuna's heartbeats (and its retry callback, set in make_storage); journal files
-    use grpo_lab's heartbeat attribute, with the grace period and retries make_storage gave them.
-    """
-    import optuna
-    from optuna.trial import TrialState
+    def create_or_load_study(self, name: str, *, directions: list[str], sampler: Any, pruner: Any) -> Any:
+        """The study `name`, created by whichever worker gets there first; its directions must be these."""
+        import optuna
 
-    if isinstance(storage, optuna.storages.RDBStorage):
+        for attempt in range(8):
+            try:
+                study = optuna.create_study(
+                    study_name=name,
+                    storage=self.optuna,
+                    directions=directions,
+                    sampler=sampler,
+                    pruner=pruner,
+                    load_if_exists=True,
+                )
+                break
+            except Exception as e:
+                if attempt == 7 or not is_race(e):
+                    raise
+                time.sleep(0.2 + random.random() * 0.5)
+        existing = [d.name.lower() for d in study.directions]
+        if existing != [d.lower() for d in directions]:
+            raise ConfigError(
+                f"Study {name!r} already exists with direction(s) {existing}, not {directions}: "
+                "use another `hydra.sweeper.study_name` or the same objectives."
+            )
+        return study
+
+    def claim(self, study: Any, *, target: int, batch: int, distributions: dict) -> list[Any]:
+        """Ask up to `batch` new trials, never more than the study needs to reach `target` finished trials.
+
+        The count and the ask happen under one cross-worker lock and the count comes from ONE snapshot of
+        the study: with two reads, a trial that another worker finished between them would be counted in
+        neither and the study would overshoot `n_trials`. Only asks create trials and every ask happens
+        here, so trials taken can only grow while the lock is held. Stale trials are failed under the same
+        lock, so that two workers never both replace one.
+        """
+        from optuna.trial import TrialState
+
+        with self.lock(study.study_name):
+            self.fail_stale(study)
+            states = [t.state for t in study.get_trials(deepcopy=False)]
+            taken = sum(s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING) for s in states)
+            trials = [study.ask(distributions) for _ in range(max(0, min(batch, target - taken)))]
+            for trial in trials:  # alive from the start: a worker killed before its first beat still goes stale
+                self.beat(self.trial_id(study.study_name, trial.number))
+        return trials
+
+    def trial_id(self, study_name: str, number: int) -> int:
+        """A trial's storage id (what heartbeats and state updates take), through the storage's public API:
+        Optuna's Trial and FrozenTrial keep it only as a private attribute."""
+        study_id = self.optuna.get_study_id_from_name(study_name)
+        return self.optuna.get_trial_id_from_study_id_trial_number(study_id, number)
+
+    def beat(self, trial_id: int) -> None:
+        """Record that a trial's worker is alive (RDB: Optuna's heartbeat table; journal: our system attr)."""
+        if self.is_rdb:
+            if self.optuna.heartbeat_interval is not None:
+                self.optuna.record_heartbeat(trial_id)
+        else:
+            self.optuna.set_trial_system_attr(trial_id, _HEARTBEAT_ATTR, time.time())
+
+    def heartbeats(self, trial_ids: list[int]) -> Heartbeats:
+        """A context in which a thread beats for these trials every heartbeat_interval seconds."""
+        return Heartbeats(self, trial_ids)
+
+    def fail_stale(self, study: Any) -> list[int]:
+        """Mark trials of dead workers (no heartbeat within the grace period) FAIL, and retry them up to
+        max_retry times; returns their numbers. RDB storages use Optuna's heartbeats, journal files ours."""
+        stale = self._fail_stale_rdb(study) if self.is_rdb else self._fail_stale_journal(study)
+        for number in stale:
+            log.warning("Trial %d was left running by a worker that stopped; marked FAIL.", number)
+        return stale
+
+    @staticmethod
+    def _fail_stale_rdb(study: Any) -> list[int]:
+        import optuna
+        from optuna.trial import TrialState
+
         before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-        optuna.storages.fail_stale_trials(study)
+        optuna.storages.fail_stale_trials(study)  # with the retry callback the storage was opened with
         # Only those now FAIL: a trial that another worker finished meanwhile is not stale.
         failed = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
-        stale = sorted(before & failed)
-    else:
-        stale = []
-        grace = getattr(storage, "grpo_lab_grace_period", None)
-        retry = getattr(storage, "grpo_lab_max_retry", None)
-        for trial in _stale_journal_trials(study, grace) if grace else []:
+        return sorted(before & failed)
+
+    def _fail_stale_journal(self, study: Any) -> list[int]:
+        import optuna
+        from optuna.trial import TrialState
+
+        if not self.grace_period:
+            return []
+        now, stale = time.time(), []
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            beat = trial.system_attrs.get(_HEARTBEAT_ATTR)
+            if beat is None or now - float(beat) <= self.grace_period:
+                continue
+            trial_id = self.trial_id(study.study_name, trial.number)
             try:
-                storage.set_trial_state_values(trial_id(storage, study.study_name, trial.number), state=TrialState.FAIL)
+                self.optuna.set_trial_state_values(trial_id, state=TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # finished or failed by another worker meanwhile
             stale.append(trial.number)
-            if retry:
-                failed = storage.get_trial(trial_id(storage, study.study_name, trial.number))
-                optuna.storages.RetryFailedTrialCallback(max_retry=retry)(study, failed)
-    for number in stale:
-        log.warning("Trial %d was left running by a worker that stopped; marked FAIL.", number)
-    return stale
+            if self.max_retry:
+                optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=self.max_retry)(
+                    study, self.optuna.get_trial(trial_id)
+                )
+        return stale
+
+
+class Heartbeats:
+    """Tells the storage that these trials are alive while their jobs run (stale ones are failed on resume)."""
+
+    def __init__(self, storage: SweepStorage, trial_ids: list[int]) -> None:
+        self._storage, self._ids = storage, trial_ids
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="grpo-lab-heartbeat", daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            for trial_id in self._ids:
+                try:
+                    self._storage.beat(trial_id)
+                except Exception as e:  # one missed beat is harmless; a run of them makes the trial look stale
+                    log.warning("Heartbeat of trial id %d failed: %s", trial_id, e)
+            if self._stop.wait(self._storage.heartbeat_interval):
+                return
+
+    def __enter__(self) -> Heartbeats:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

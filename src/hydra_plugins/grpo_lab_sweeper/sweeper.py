@@ -13,10 +13,9 @@ import contextlib
 import io
 import logging
 import math
-import threading
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
@@ -25,11 +24,18 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from grpo_lab.errors import GrpoLabError
 from grpo_lab.redact import redact, share
 
+if TYPE_CHECKING:
+    from grpo_lab.ranking import Ranking
+    from grpo_lab.sweep.plan import Plan
+    from grpo_lab.sweep.storage import SweepStorage
+
 log = logging.getLogger("grpo_lab")
 
 # We use heartbeats and stale-trial failing outside Study.optimize on purpose (ask/tell across jobs).
 warnings.filterwarnings("ignore", message=".*Heartbeat of storage is supposed to be used with Study.optimize")
-warnings.filterwarnings("ignore", message=r".*(heartbeat_interval|fail_stale_trials|set_metric_names).*experimental")
+warnings.filterwarnings(
+    "ignore", message=r".*(heartbeat_interval|fail_stale_trials|set_metric_names|RetryHeartbeatStale).*experimental"
+)
 
 DEFAULT_STORAGE = "sqlite:///outputs/sweeps/optuna.db"
 
@@ -52,42 +58,12 @@ def _outcome(ret: Any) -> tuple[Any, BaseException | None]:
     return None, RuntimeError(f"job ended {ret.status.name} without an error")
 
 
-class _Heartbeat:
-    """Tells the storage that these trials are alive while their jobs run (stale ones are failed on resume)."""
-
-    def __init__(self, storage: Any, trial_ids: list[int], interval: float) -> None:
-        self._storage, self._ids, self._interval = storage, trial_ids, interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="grpo-lab-heartbeat", daemon=True)
-
-    def _run(self) -> None:
-        from grpo_lab.sweep import storage as st
-
-        while True:
-            for trial_id in self._ids:
-                try:
-                    st.beat(self._storage, trial_id)
-                except Exception as e:  # one missed beat is harmless; a run of them makes the trial look stale
-                    log.warning("Heartbeat of trial id %d failed: %s", trial_id, e)
-            if self._stop.wait(self._interval):
-                return
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-
 class GrpoOptunaSweeper(Sweeper):
     def __init__(self, **settings: Any) -> None:
         self.settings = OmegaConf.create(settings)
         self.config: DictConfig | None = None
         self.launcher: Any = None
         self.job_idx = 0
-        self.pruner: dict[str, Any] | None = None  # set by _open_study
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
@@ -104,78 +80,77 @@ class GrpoOptunaSweeper(Sweeper):
 
     # ------------------------------------------------------------------------------------------ sweep
     def sweep(self, arguments: list[str]) -> None:
+        from grpo_lab.ranking import from_trials
+        from grpo_lab.sweep import retention
+
+        s = self.settings
+        plan = self._plan(arguments)
+        self._run_until(s.n_trials, plan)
+        if s.confirm.top_k > 0:
+            self._run_until(s.n_trials + self._plan_confirmation(plan), plan)
+        with plan.storage.lock(s.study_name):
+            plan.storage.fail_stale(plan.study)
+        ranking = from_trials(plan.study)
+        kept = retention.apply(plan.study, s.keep_models, s.keep_top_k, ranking)
+        self._report(plan, ranking, kept=kept)
+
+    def _plan(self, arguments: list[str]) -> Plan:
+        """Check the settings, open the storage and the study: the sweep's plan."""
         import optuna
 
         from grpo_lab.config import check_metric_name
         from grpo_lab.paths import config_groups
-        from grpo_lab.ranking import from_trials
-        from grpo_lab.sweep import retention
-        from grpo_lab.sweep import storage as st
+        from grpo_lab.sweep.plan import Plan
+        from grpo_lab.sweep.retention import check_policy
         from grpo_lab.sweep.space import expand_wildcards, parse_space
-        from hydra_plugins.grpo_lab_sweeper.settings import check as check_settings
+        from grpo_lab.sweep.storage import SweepStorage
 
         s = self.settings
-        check_settings(s)  # each hydra.sweeper.* value against its declared choices and range
         metrics = [o.metric for o in s.objectives]
         for metric in metrics:
             check_metric_name(metric, list(self.config.eval.graders))
         params = expand_wildcards(OmegaConf.to_container(s.params) or {}, self.config)
         space = parse_space(params, arguments, config_groups())
         distributions = {p.name: p.distribution for p in space.params}
+        check_policy(s.keep_models, s.keep_top_k)
         self._check_confirm(metrics, distributions)
         self._check_weight_free(metrics, distributions)
         self._check_per_item(metrics)
-        url = s.storage or DEFAULT_STORAGE
-        storage = st.make_storage(
-            url, heartbeat_interval=s.heartbeat_interval, grace_period=s.grace_period, max_retry=s.retry_failed
+        storage = SweepStorage.open(
+            s.storage or DEFAULT_STORAGE,
+            heartbeat_interval=s.heartbeat_interval,
+            grace_period=s.grace_period,
+            max_retry=s.retry_failed,
         )
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study, worker = self._open_study(storage, url, metrics, [o.direction for o in s.objectives])
-        run = (study, storage, url, space, metrics, worker, distributions)
-        self._run_until(s.n_trials, *run)
-        if s.confirm.top_k > 0:
-            self._run_until(s.n_trials + self._plan_confirmation(study, storage, url), *run)
-        with st.claim_lock(url, storage, s.study_name):
-            st.fail_stale(study, storage)
-        ranking = from_trials(study)
-        kept = retention.apply(study, s.keep_models, s.keep_top_k, ranking)
-        self._report(study, ranking, url, metrics, kept=kept)
+        study, worker, pruner = self._open_study(storage, metrics, [o.direction for o in s.objectives])
+        return Plan(study, storage, space, metrics, worker, distributions, pruner)
 
-    def _run_until(
-        self,
-        target: int,
-        study: Any,
-        storage: Any,
-        url: str,
-        space: Any,
-        metrics: list[str],
-        worker: int,
-        distributions: dict,
-    ) -> None:
+    def _run_until(self, target: int, plan: Plan) -> None:
         """Claim and run batches of trials until the study holds `target` finished trials."""
         from grpo_lab.ranking import from_trials
         from grpo_lab.sweep import retention
-        from grpo_lab.sweep import storage as st
         from grpo_lab.sweep.report import write_best
 
-        s = self.settings
-        while trials := st.claim_trials(
-            study, storage, url, target=target, batch=s.n_jobs, distributions=distributions
-        ):
+        s, study = self.settings, plan.study
+        while trials := plan.storage.claim(study, target=target, batch=s.n_jobs, distributions=plan.distributions):
             try:
-                self._run_batch(study, storage, url, trials, space, metrics, worker)
+                self._run_batch(plan, trials)
             except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (grpo_lab.interrupts.Interrupted): stop the sweep
                 self._interrupted(study, trials, e)
                 raise
             ranking = from_trials(study)
             retention.apply(study, s.keep_models, s.keep_top_k, ranking)
-            write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=redact(url), ranking=ranking)
+            best = self.sweep_dir / "best.yaml"
+            write_best(study, best, metrics=plan.metrics, storage=redact(plan.url), ranking=ranking)
             self._check_failures(study)
 
     def _check_confirm(self, metrics: list[str], distributions: dict) -> None:
         from grpo_lab.errors import ConfigError
 
         c = self.settings.confirm
+        if c.top_k < 0 or c.seeds < 1:
+            raise ConfigError(f"`hydra.sweeper.confirm` needs top_k >= 0 and seeds >= 1, got {dict(c)}.")
         if c.top_k and len(metrics) > 1:
             raise ConfigError(
                 "`hydra.sweeper.confirm` ranks configs by one objective; set confirm.top_k=0 for "
@@ -226,7 +201,7 @@ class GrpoOptunaSweeper(Sweeper):
                 f"(hydra/sweeper/pruner=median)."
             )
 
-    def _plan_confirmation(self, study: Any, storage: Any, url: str) -> int:
+    def _plan_confirmation(self, plan: Plan) -> int:
         """Queue the confirmation trials (once per study, by the first worker whose search is over, after
         every search trial has ended: the top k must be known); their number."""
         import time
@@ -234,12 +209,11 @@ class GrpoOptunaSweeper(Sweeper):
         from optuna.trial import TrialState
 
         from grpo_lab.sweep import confirm
-        from grpo_lab.sweep import storage as st
 
-        s = self.settings
+        s, study = self.settings, plan.study
         while True:
-            with st.claim_lock(url, storage, s.study_name):
-                st.fail_stale(study, storage)
+            with plan.storage.lock(s.study_name):
+                plan.storage.fail_stale(study)
                 if (count := confirm.planned(study)) is not None:
                     return count
                 running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
@@ -252,19 +226,20 @@ class GrpoOptunaSweeper(Sweeper):
                     return len(runs)
             time.sleep(s.heartbeat_interval)  # another worker's search trial is still running
 
-    def _open_study(self, storage: Any, url: str, metrics: list[str], directions: list[str]) -> tuple[Any, int]:
+    def _open_study(
+        self, storage: SweepStorage, metrics: list[str], directions: list[str]
+    ) -> tuple[Any, int, dict[str, Any] | None]:
         """Create or join the study (under the claim lock: several workers may start at once); this worker's
-        number, its sampler (seed + worker number) and the pruner."""
+        number, its sampler (seed + worker number) and the pruner's config for the trials' jobs."""
         import optuna
 
-        from grpo_lab.sweep import storage as st
         from grpo_lab.sweep.samplers import build_pruner, build_sampler, prunes
 
         s = self.settings
         multi = len(metrics) > 1
-        with st.claim_lock(url, storage, s.study_name):
-            study = st.create_or_load_study(
-                s.study_name, storage, directions=directions, sampler=optuna.samplers.RandomSampler(), pruner=None
+        with storage.lock(s.study_name):
+            study = storage.create_or_load_study(
+                s.study_name, directions=directions, sampler=optuna.samplers.RandomSampler(), pruner=None
             )
             worker = int(study.user_attrs.get("grpo_lab_workers", 0))
             study.set_user_attr("grpo_lab_workers", worker + 1)
@@ -277,27 +252,27 @@ class GrpoOptunaSweeper(Sweeper):
         seed = None if sampler.get("seed") is None else int(sampler["seed"]) + worker
         study.sampler = build_sampler(sampler, seed)
         # What a trial's job gets to build the same pruner; None: its trials are not pruned.
-        self.pruner = None if multi or not prunes(pruner) else pruner
-        study.pruner = build_pruner(self.pruner)
+        pruner = None if multi or not prunes(pruner) else pruner
+        study.pruner = build_pruner(pruner)
         if multi:
             log.info("Multi-objective sweep (%s): trials run without pruning.", ", ".join(metrics))
         log.info(
             "Study %r in %s: target %d finished trials, %d at a time (worker %d, sampler seed %s).",
             s.study_name,
-            redact(url),
+            redact(storage.url),
             s.n_trials,
             s.n_jobs,
             worker,
             seed,
         )
-        return study, worker
+        return study, worker, pruner
 
-    def _report(self, study: Any, ranking: Any, url: str, metrics: list[str], kept: list) -> None:
+    def _report(self, plan: Plan, ranking: Ranking, kept: list) -> None:
         """The end of the sweep: the trials table, best.yaml, the best trial(s) and how to run them again."""
         from grpo_lab.sweep import confirm
         from grpo_lab.sweep.report import trials_table, write_best
 
-        s = self.settings
+        s, study, url, metrics = self.settings, plan.study, plan.url, plan.metrics
         print(f"\n== grpo_lab sweep `{s.study_name}` ({redact(url)}) ==", flush=True)
         print(trials_table(study, metrics, ranking), flush=True)
         if ranking.configs:
@@ -316,7 +291,7 @@ class GrpoOptunaSweeper(Sweeper):
         print(f"Dashboard: optuna-dashboard {redact(url)}", flush=True)  # the user knows the password
 
     # ----------------------------------------------------------------------------------------- trials
-    def _trial_overrides(self, trial: Any, trial_id: int, space: Any, url: str, arguments_keys: set[str]) -> list[str]:
+    def _trial_overrides(self, plan: Plan, trial: Any, trial_id: int, arguments_keys: set[str]) -> list[str]:
         from grpo_lab.overrides import render
         from grpo_lab.sweep import confirm
 
@@ -324,10 +299,10 @@ class GrpoOptunaSweeper(Sweeper):
         confirming = confirm.is_confirmation(trial)
         info = {
             "study": s.study_name,
-            "storage": share(url),  # masked; jobs get the real URL back with redact.reveal
+            "storage": share(plan.url),  # masked; jobs get the real URL back with redact.reveal
             "number": trial.number,
             "id": trial_id,
-            "pruner": None if confirming else self.pruner,  # a pruned seed would bias the config's mean
+            "pruner": None if confirming else plan.pruner,  # a pruned seed would bias the config's mean
         }
         extra = [
             render("++trial", info),
@@ -346,29 +321,27 @@ class GrpoOptunaSweeper(Sweeper):
         if confirming:
             tags = [*OmegaConf.to_container(self.config.logger.tags), "confirm"]
             extra += [f"++seed={trial.user_attrs[confirm.SEED]}", render("++logger.tags", tags)]
-        return [*space.overrides_for(trial.params), *extra]
+        return [*plan.space.overrides_for(trial.params), *extra]
 
-    def _run_batch(
-        self, study: Any, storage: Any, url: str, trials: list, space: Any, metrics: list[str], worker: int
-    ) -> None:
+    def _run_batch(self, plan: Plan, trials: list) -> None:
         from grpo_lab.overrides import as_typed, key
         from grpo_lab.ranking import rerun_command
-        from grpo_lab.sweep import storage as st
 
+        space = plan.space
         keys = {key(o) for o in space.fixed}
-        ids = [st.trial_id(storage, study.study_name, t.number) for t in trials]
-        batch = [self._trial_overrides(t, i, space, url, keys) for t, i in zip(trials, ids, strict=True)]
+        ids = [plan.storage.trial_id(plan.study.study_name, t.number) for t in trials]
+        batch = [self._trial_overrides(plan, t, i, keys) for t, i in zip(trials, ids, strict=True)]
         for trial, overrides in zip(trials, batch, strict=True):
             trial.set_user_attr("overrides", redact(overrides))
-            trial.set_user_attr("worker", worker)
+            trial.set_user_attr("worker", plan.worker)
             trial.set_user_attr("command", redact(rerun_command(overrides)))
             shown = " ".join(as_typed(o) for o in space.overrides_for(trial.params)[len(space.fixed) :])
             log.info("Trial %d: %s", trial.number, redact(shown))
-        with _Heartbeat(storage, ids, self.settings.heartbeat_interval):
+        with plan.storage.heartbeats(ids):
             returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
         self.job_idx += len(batch)
         for trial, ret in zip(trials, returns, strict=True):
-            self._tell(study, trial, ret, metrics)
+            self._tell(plan.study, trial, ret, plan.metrics)
 
     def _tell(self, study: Any, trial: Any, ret: Any, metrics: list[str]) -> None:
         import optuna
