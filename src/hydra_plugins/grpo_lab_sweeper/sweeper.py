@@ -101,18 +101,18 @@ class GrpoOptunaSweeper(Sweeper):
         from grpo_lab.config import check_metric_name
         from grpo_lab.paths import config_groups
         from grpo_lab.sweep.plan import Plan
-        from grpo_lab.sweep.retention import check_policy
         from grpo_lab.sweep.space import expand_wildcards, parse_space
         from grpo_lab.sweep.storage import SweepStorage
+        from hydra_plugins.grpo_lab_sweeper.settings import check as check_settings
 
         s = self.settings
+        check_settings(s)  # each hydra.sweeper.* value against its declared choices and range
         metrics = [o.metric for o in s.objectives]
         for metric in metrics:
             check_metric_name(metric, list(self.config.eval.graders))
         params = expand_wildcards(OmegaConf.to_container(s.params) or {}, self.config)
         space = parse_space(params, arguments, config_groups())
         distributions = {p.name: p.distribution for p in space.params}
-        check_policy(s.keep_models, s.keep_top_k)
         self._check_confirm(metrics, distributions)
         self._check_weight_free(metrics, distributions)
         self._check_per_item(metrics)
@@ -149,8 +149,6 @@ class GrpoOptunaSweeper(Sweeper):
         from grpo_lab.errors import ConfigError
 
         c = self.settings.confirm
-        if c.top_k < 0 or c.seeds < 1:
-            raise ConfigError(f"`hydra.sweeper.confirm` needs top_k >= 0 and seeds >= 1, got {dict(c)}.")
         if c.top_k and len(metrics) > 1:
             raise ConfigError(
                 "`hydra.sweeper.confirm` ranks configs by one objective; set confirm.top_k=0 for "
