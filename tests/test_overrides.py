@@ -267,17 +267,17 @@ def test_a_group_only_a_config_dir_has_is_selected_not_set(tmp_path):
 
 
 def test_cli_resume_runs_in_the_resumed_folder(tmp_path):
-    from grpo_lab.cli import _resume_run_dir
+    from grpo_lab.cli import resume_run_dir
 
     run = tmp_path / "my run"
     run.mkdir()
-    assert _resume_run_dir(["++resume=" + ov.render_value(str(run))]) == [
+    assert resume_run_dir(["++resume=" + ov.render_value(str(run))]) == [
         "++resume=" + ov.render_value(str(run)),
         ov.render("hydra.run.dir", str(run)),
     ]
     for args in (["++resume=null"], [f"++resume={tmp_path}/none"], ["-m", f"++resume={run}"]):
-        assert _resume_run_dir(args) == args
-    assert _resume_run_dir([f"++resume={tmp_path}", "hydra.run.dir=elsewhere"])[-1] == "hydra.run.dir=elsewhere"
+        assert resume_run_dir(args) == args
+    assert resume_run_dir([f"++resume={tmp_path}", "hydra.run.dir=elsewhere"])[-1] == "hydra.run.dir=elsewhere"
 
 
 def test_sweep_space_and_rerun_command_round_trip():

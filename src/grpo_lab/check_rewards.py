@@ -9,34 +9,32 @@ and a histogram (reward_check.png) go into a run folder. Exit status: 0 healthy,
 
 from __future__ import annotations
 
-import logging
+import argparse
 import sys
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig
 
-from grpo_lab import config as config_mod
-from grpo_lab.cli import _report, side_command
-from grpo_lab.paths import CONF_DIR, cache_dir
+from grpo_lab.cli import hydra_app, parse_flags, report, side_command
+from grpo_lab.paths import cache_dir
 
-log = logging.getLogger("grpo_lab")
-_PROMPTS = 8
+RUN_DIR = "outputs/reward_checks/${now:%Y-%m-%d}/${now:%H-%M-%S-%f}"
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
-def _task(cfg: DictConfig) -> None:
+def check(cfg: DictConfig, *, prompts: int, verbose: bool) -> None:
+    """The Hydra job: check, write and print the report; exits 2 without a learning signal."""
     from hydra.core.hydra_config import HydraConfig
 
+    from grpo_lab import config as config_mod
     from grpo_lab import reward_check
 
     try:  # inside the job: Hydra would add its own "Error executing job" line
         run_cfg = config_mod.load(cfg)
         run_dir = Path(HydraConfig.get().runtime.output_dir)
-        result = reward_check.check(run_cfg, cache_dir(), prompts=_task.prompts)
+        result = reward_check.check(run_cfg, cache_dir(), prompts=prompts)
         written = reward_check.write(result, run_dir)
     except Exception as e:
-        sys.exit(_report(e))
+        sys.exit(report(e, verbose=verbose))
     print(
         f"\n== grpo_lab reward check: {result.prompts} prompts x {result.generations} completions of the untrained "
         f"model, {result.seconds:.0f} s ==\n{reward_check.table(result)}\n\n{result.verdict}\n"
@@ -48,13 +46,15 @@ def _task(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    argv = sys.argv[1:]
-    _task.prompts = _PROMPTS
-    if "--prompts" in argv:
-        i = argv.index("--prompts")
-        _task.prompts = int(argv[i + 1])
-        del argv[i : i + 2]
-    side_command(_task, argv, "outputs/reward_checks/${now:%Y-%m-%d}/${now:%H-%M-%S-%f}")
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--prompts", type=int, default=8)  # training prompts sampled
+    options, args = parse_flags(sys.argv[1:], parser)
+
+    @hydra_app
+    def check_rewards(cfg: DictConfig) -> None:
+        check(cfg, prompts=options.prompts, verbose=options.verbose)
+
+    side_command(check_rewards, args, RUN_DIR, verbose=options.verbose)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,19 @@
 """`python -m grpo_lab`: the only Hydra entry point, and the only module that reads argv and the environment.
 
-The task function validates the composed config (no torch import), then hands a typed RunConfig to
-``grpo_lab.train.run`` and returns the objective, so any Hydra sweeper can optimise it.
+The job validates the composed config (no torch import), then hands a typed RunConfig to ``grpo_lab.train.run``
+and returns the objective, so any Hydra sweeper can optimise it. The side commands (``check_rewards``,
+``doctor``) compose and report errors through the same public helpers: :func:`parse_flags`, :func:`hydra_app`,
+:func:`side_command` and :func:`report`.
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +28,8 @@ from grpo_lab.redact import redact
 
 log = logging.getLogger("grpo_lab")
 
-# Keys swept by a multirun (`-m lr=1e-5,2e-5` -> "lr"), passed to every job (jobs may run in other
-# processes, e.g. the joblib launcher) so that each run is named after what differs.
-SWEPT_ENV = "GRPO_LAB_SWEPT_KEYS"
-
-# "1": print the full traceback of any error (`--verbose`, or HYDRA_FULL_ERROR=1 when main() started);
-# otherwise user and environment errors are one line. Passed on to jobs in other processes.
-VERBOSE_ENV = "GRPO_LAB_VERBOSE"
+# Every grpo_lab command composes the same config: `@hydra_app` is `@hydra.main` on conf/config.yaml.
+hydra_app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 
 # Hydra flags that take a value: the token after them is not an override.
 _FLAGS_WITH_VALUE = {
@@ -72,6 +71,20 @@ def register_sweeps() -> list[str]:
 register_sweeps()
 
 
+# ------------------------------------------------------------------------------------------------- argv
+def parse_flags(argv: list[str], parser: argparse.ArgumentParser | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """grpo_lab's own options (`--verbose`, plus `parser`'s) and the rest of argv, in order, for Hydra.
+
+    `verbose`: print the full traceback of any error (`--verbose`, or HYDRA_FULL_ERROR=1 as the user started
+    the command); otherwise user and environment errors are one line.
+    """
+    parser = parser or argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # --help is Hydra's
+    parser.add_argument("--verbose", action="store_true")
+    options, rest = parser.parse_known_args(argv)
+    options.verbose = options.verbose or os.environ.get("HYDRA_FULL_ERROR") == "1"
+    return options, rest
+
+
 def prepare_overrides(args: list[str]) -> tuple[list[str], list[str]]:
     """Rewrite `key=value` overrides into `++key=value`, and list the swept keys.
 
@@ -110,14 +123,136 @@ def _override_positions(args: list[str]) -> list[int]:
     return positions
 
 
-def _job_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
+def resume_run_dir(args: list[str]) -> list[str]:
+    """`resume=<run folder>` of a single run: Hydra's run dir becomes that folder, so that continuing a run
+    does not leave a second, empty run folder behind (unless the user set `hydra.run.dir` themselves)."""
+    given = ov.as_dict(args[i] for i in _override_positions(args))
+    resume = given.get("resume")
+    if "-m" in args or "--multirun" in args or "hydra.run.dir" in given or resume in (None, "", "None"):
+        return args
+    return [*args, ov.render("hydra.run.dir", str(resume))] if Path(str(resume)).is_dir() else args
+
+
+def run_hydra(app: Callable[[], Any], args: list[str]) -> None:
+    """Run the `@hydra_app` function `app` on `args`.
+
+    Hydra's main reads its arguments from sys.argv only, and prints an error escaping a run (a storage that
+    cannot be opened, an output folder that cannot be created) with its own traceback unless
+    HYDRA_FULL_ERROR=1, which makes it raise the error to our one-line :func:`report` instead.
+    """
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    sys.argv = [sys.argv[0], *args]
+    app()
+
+
+def _redact_argv() -> None:
+    """Once Hydra has read its arguments, keep only their redacted form in sys.argv: W&B records sys.argv in
+    each run's metadata and has no setting to be given other arguments (wandb's `Settings._args` is computed
+    from sys.argv), and an override may carry a secret (a storage URL's password, an API key)."""
+    sys.argv = redact(sys.argv)
+
+
+# -------------------------------------------------------------------------------------------------- job
+def training_app(*, verbose: bool, swept: tuple[str, ...]) -> Callable[[], Any]:
+    """The training command's Hydra app; `swept`: the keys a multirun varies, which name each job's run.
+
+    The options travel inside the task function, so that jobs in other processes (the joblib or submitit
+    launchers pickle it) get them too."""
+
+    @hydra_app
+    def task(cfg: DictConfig) -> Any:
+        return run_job(cfg, verbose=verbose, swept=swept)
+
+    return task
+
+
+def run_job(cfg: DictConfig, *, verbose: bool, swept: tuple[str, ...]) -> Any:
+    """One Hydra job: validate, train, summarise; returns the objective. A user error of a single run ends
+    the process with one line; in a multirun it is raised, for the sweeper to record the job as failed."""
+    startup.pause()  # until the job's model is loaded (grpo_lab.startup); in a launcher's worker process too
+    _redact_argv()
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    try:
+        run_cfg, result = _train(cfg, multirun=multirun, swept=swept)
+    except Exception as e:
+        line = describe(e)
+        if multirun:
+            if line is not None:
+                log.error("%s", line)
+            raise
+        if line is None or verbose:  # a bug (or asked for): the traceback, secrets masked by the log filter
+            log.error("%s: %s", type(e).__name__, line or e, exc_info=e)
+        else:
+            log.error("%s", line)
+        sys.exit(1)
+    finally:
+        if multirun:  # the next job runs in this process: a job that failed before its model loaded resumes here
+            startup.resume()
+    from grpo_lab import summary
+    from grpo_lab.records import write_summary
+    from grpo_lab.train import Objective
+
+    text = summary.format_run(result)
+    summary_file = write_summary(result.run_dir, text)
+    trial = run_cfg.trial
+    print(text if trial is None else summary.format_trial(result, trial.number, summary_file), flush=True)
+    return Objective(result.objective, result.metrics)
+
+
+def _train(cfg: DictConfig, *, multirun: bool, swept: tuple[str, ...]) -> tuple[Any, Any]:
+    """The typed RunConfig and the RunResult of this job, in this process or in `accelerate launch` children."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from grpo_lab import config as config_mod  # here, not at the top: `--cfg job` and `--help` never need it
+
+    _redact_hydra_files(multirun)
+    run_cfg = config_mod.load(cfg)
+    if run_cfg.resume is not None:  # no such folder or no checkpoint: one line in a second, before TRL loads
+        from grpo_lab.records import find_resume
+
+        find_resume(run_cfg.resume)
+    from grpo_lab import trl_checks  # TRL's own checks, before W&B or a model (imports trl)
+
+    trl_checks.check(run_cfg, num_processes=run_cfg.launcher.num_processes)
+    context = _run_context(cfg, swept)
+    if run_cfg.launcher.kind == "accelerate":
+        from grpo_lab.launch import run_children
+
+        slot = HydraConfig.get().job.get("num", 0) if multirun else 0
+        startup.resume()  # this process only waits for its children, which load the model
+        return run_cfg, run_children(run_cfg, context, slot=int(slot or 0), env=dict(os.environ))
+    from grpo_lab.train import run
+
+    return run_cfg, run(run_cfg, context)
+
+
+def _run_context(cfg: DictConfig, swept: tuple[str, ...]) -> Any:
+    from hydra.core.hydra_config import HydraConfig
+
+    from grpo_lab.train import RunContext
+
+    name, group, overrides = _job_identity(cfg, swept)
+    resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    return RunContext(
+        run_dir=Path(HydraConfig.get().runtime.output_dir),
+        run_name=name,
+        group=group,
+        overrides=overrides,
+        resolved_config=resolved,
+        cache_dir=cache_dir(),
+    )
+
+
+def _job_identity(cfg: DictConfig, swept: tuple[str, ...]) -> tuple[str, str | None, list[str]]:
     """The run's name, its W&B group and the job's overrides (as the user typed them)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     hc = HydraConfig.get()
     overrides = [ov.as_typed(o) for o in hc.overrides.task]
-    swept = [k for k in os.environ.get(SWEPT_ENV, "").split(",") if k]
     multirun = hc.mode == RunMode.MULTIRUN
     varied = [o for o in overrides if ov.key(o) in swept] if multirun else []
     if cfg.logger.name:
@@ -137,70 +272,6 @@ def _job_identity(cfg: DictConfig) -> tuple[str, str | None, list[str]]:
     return redact(name), redact(group), overrides  # the name reaches W&B, metrics.json and the console
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
-def task(cfg: DictConfig) -> float:
-    """One Hydra job: validate, train, summarise; returns the objective."""
-    startup.pause()  # until the job's model is loaded (grpo_lab.startup); in a launcher's worker process too
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    from grpo_lab import config as config_mod  # here, not at the top: `--cfg job` and `--help` never need it
-
-    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-    try:
-        _redact_hydra_files(multirun)
-        run_cfg = config_mod.load(cfg)
-        if run_cfg.resume is not None:  # no such folder or no checkpoint: one line in a second, before TRL loads
-            from grpo_lab.records import find_resume
-
-            find_resume(run_cfg.resume)
-        from grpo_lab import trl_checks  # TRL's own checks, before W&B or a model (imports trl)
-
-        trl_checks.check(run_cfg, num_processes=run_cfg.launcher.num_processes)
-        name, group, overrides = _job_identity(cfg)
-        resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-        from grpo_lab import summary
-        from grpo_lab.train import Objective, RunContext, run
-
-        context = RunContext(
-            run_dir=Path(HydraConfig.get().runtime.output_dir),
-            run_name=name,
-            group=group,
-            overrides=overrides,
-            resolved_config=resolved,
-            cache_dir=cache_dir(),
-        )
-        if run_cfg.launcher.kind == "accelerate":
-            from grpo_lab.launch import run_children
-
-            slot = HydraConfig.get().job.get("num", 0) if multirun else 0
-            startup.resume()  # this process only waits for its children, which load the model
-            result = run_children(run_cfg, context, slot=int(slot or 0), env=dict(os.environ))
-        else:
-            result = run(run_cfg, context)
-    except Exception as e:
-        line = describe(e)
-        if multirun:
-            if line is not None:
-                log.error("%s", line)
-            raise  # the sweeper records this job as failed and goes on
-        if line is None or _verbose():  # a bug (or asked for): the traceback, secrets masked
-            log.error("%s: %s", type(e).__name__, line or e, exc_info=e)
-        else:
-            log.error("%s", line)
-        sys.exit(1)
-    finally:
-        if multirun:  # the next job runs in this process: a job that failed before its model loaded resumes here
-            startup.resume()
-    from grpo_lab.records import write_summary
-
-    text = summary.format_run(result)
-    summary_file = write_summary(result.run_dir, text)
-    trial = run_cfg.trial
-    print(text if trial is None else summary.format_trial(result, trial.number, summary_file), flush=True)
-    return Objective(result.objective, result.metrics)
-
-
 def _redact_hydra_files(multirun: bool) -> None:
     """Mask secrets in Hydra's copies of the config (`.hydra/*.yaml`, `multirun.yaml`), written before the job."""
     from hydra.core.hydra_config import HydraConfig
@@ -212,20 +283,17 @@ def _redact_hydra_files(multirun: bool) -> None:
     records.redact_hydra_files(Path(hc.runtime.output_dir), hc.output_subdir, sweep_dir)
 
 
-def _verbose() -> bool:
-    default = "1" if os.environ.get("HYDRA_FULL_ERROR") == "1" else "0"
-    return os.environ.get(VERBOSE_ENV, default) == "1"
-
-
-def _report(error: Exception) -> int:
-    """Print an error that ended the command outside a job (Hydra, the sweeper, a multirun); the exit code."""
+# ------------------------------------------------------------------------------------------------ errors
+def report(error: Exception, *, verbose: bool) -> int:
+    """Print an error that ended a command outside a training job (Hydra, the sweeper, a multirun, a side
+    command) in one line, or with its traceback if `verbose` or a bug; returns the exit code."""
     import traceback
 
     from hydra.errors import CompactHydraException
     from omegaconf.errors import OmegaConfBaseException
 
     line = describe(error)
-    if _verbose() or (line is None and not isinstance(error, CompactHydraException)):
+    if verbose or (line is None and not isinstance(error, CompactHydraException)):
         text = "".join(traceback.format_exception(error))
     elif isinstance(error, CompactHydraException) and line is None:  # Hydra's short messages (bad override...)
         text = f"{error}\n" + (f"{error.__cause__}\n" if isinstance(error.__cause__, OmegaConfBaseException) else "")
@@ -236,25 +304,18 @@ def _report(error: Exception) -> int:
     return 1
 
 
+# ------------------------------------------------------------------------------------------ entry points
 def main() -> None:
     """`python -m grpo_lab [--verbose] OVERRIDES...`: user and environment errors end in one line and exit 1;
     `--verbose` (or HYDRA_FULL_ERROR=1) prints their full traceback instead."""
-    argv = sys.argv[1:]
-    verbose = "--verbose" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
-    os.environ[VERBOSE_ENV] = "1" if verbose else "0"
-    # Hydra prints errors escaping a run (a storage that cannot be opened, an output folder that cannot be
-    # created) with their traceback; this makes it raise them to us instead.
-    os.environ["HYDRA_FULL_ERROR"] = "1"
+    options, argv = parse_flags(sys.argv[1:])
     try:
-        args, swept = prepare_overrides([a for a in argv if a != "--verbose"])
+        args, swept = prepare_overrides(argv)
         if (text := _fast_help(args)) is not None:
             print(text)
             return
-        if swept:
-            os.environ[SWEPT_ENV] = ",".join(swept)
-        sys.argv = [sys.argv[0], *_resume_run_dir(args)]
         with interrupts.handling():  # SIGTERM raises like Ctrl-C; both end the run recorded as interrupted
-            task()
+            run_hydra(training_app(verbose=options.verbose, swept=tuple(swept)), resume_run_dir(args))
     except KeyboardInterrupt as e:
         code = interrupts.exit_code_for(e)
         sys.stderr.write(f"Stopped by {interrupts.signal_name(interrupts.signal_of(e) or 2)} (exit {code}).\n")
@@ -263,7 +324,7 @@ def main() -> None:
         from grpo_lab.compare import multirun_end
 
         multirun_end.finish_failed()  # a grid that a failed job ended: the others' results still shown
-        sys.exit(_report(e))
+        sys.exit(report(e, verbose=options.verbose))
 
 
 def _fast_help(args: list[str]) -> str | None:
@@ -279,18 +340,14 @@ def _fast_help(args: list[str]) -> str | None:
     return help_mod.app_help([args[i] for i in sorted(positions) if not ov.parse(args[i]).is_sweep_override()])
 
 
-def side_command(task_fn: Any, argv: list[str], run_dir: str) -> None:
-    """Run a Hydra app other than training (check_rewards, doctor) on the run's own overrides, composed and
-    validated exactly as `python -m grpo_lab` would, with its folder at `run_dir` and errors in one line."""
-    verbose = "--verbose" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
-    os.environ[VERBOSE_ENV] = "1" if verbose else "0"
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # errors reach _report: one line, as in `python -m grpo_lab`
+def side_command(app: Callable[[], Any], args: list[str], run_dir: str, *, verbose: bool) -> None:
+    """Run a `@hydra_app` other than training (check_rewards, doctor) on the run's own overrides `args`, composed
+    and validated exactly as `python -m grpo_lab` would, with its folder at `run_dir` and errors in one line."""
     try:
-        args, _ = prepare_overrides([a for a in argv if a != "--verbose"])
-        sys.argv = [sys.argv[0], *args, f"hydra.run.dir={run_dir}"]
-        task_fn()
+        prepared, _ = prepare_overrides(args)
+        run_hydra(app, [*prepared, f"hydra.run.dir={run_dir}"])
     except Exception as e:
-        sys.exit(_report(e))
+        sys.exit(report(e, verbose=verbose))
 
 
 def console_main() -> None:
@@ -300,16 +357,6 @@ def console_main() -> None:
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     main()
-
-
-def _resume_run_dir(args: list[str]) -> list[str]:
-    """`resume=<run folder>` of a single run: Hydra's run dir becomes that folder, so that continuing a run
-    does not leave a second, empty run folder behind (unless the user set `hydra.run.dir` themselves)."""
-    given = ov.as_dict(args[i] for i in _override_positions(args))
-    resume = given.get("resume")
-    if "-m" in args or "--multirun" in args or "hydra.run.dir" in given or resume in (None, "", "None"):
-        return args
-    return [*args, ov.render("hydra.run.dir", str(resume))] if Path(str(resume)).is_dir() else args
 
 
 if __name__ == "__main__":

@@ -8,15 +8,12 @@ reported and training goes on without it: losing the tracker must never lose the
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import netrc
 import os
 import shutil
-import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,22 +130,22 @@ class Tracker:
         settings: dict[str, Any] = {"quiet": self.cfg.quiet}
         if mode == "online" and not os.environ.get("WANDB_INIT_TIMEOUT"):
             settings["init_timeout"] = INIT_TIMEOUT_S
-        with _redacted_argv():  # W&B records the command line in the run's metadata
-            return wandb.init(
-                project=self.cfg.project,
-                entity=self.cfg.entity,
-                group=redact(self.group),
-                name=redact(self.name),
-                job_type=self.cfg.job_type,
-                tags=redact(list(self.tags)),
-                config=redact(config),
-                dir=str(self.run_dir),
-                mode=mode,
-                reinit="finish_previous",
-                id=run_id,
-                resume="allow" if resume else None,
-                settings=wandb.Settings(**settings),
-            )
+        # W&B also records sys.argv in the run's metadata: the CLI leaves only its redacted form there.
+        return wandb.init(
+            project=self.cfg.project,
+            entity=self.cfg.entity,
+            group=redact(self.group),
+            name=redact(self.name),
+            job_type=self.cfg.job_type,
+            tags=redact(list(self.tags)),
+            config=redact(config),
+            dir=str(self.run_dir),
+            mode=mode,
+            reinit="finish_previous",
+            id=run_id,
+            resume="allow" if resume else None,
+            settings=wandb.Settings(**settings),
+        )
 
     def _fall_back_offline(
         self,
@@ -230,15 +227,3 @@ def _unreachable(error: Exception) -> bool:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return redact(text.splitlines()[0] if text else "")
-
-
-@contextlib.contextmanager
-def _redacted_argv() -> Iterator[None]:
-    """sys.argv with its secrets masked while W&B reads it into the run's metadata (a sweep's storage URL
-    may carry a password)."""
-    original = sys.argv
-    sys.argv = redact(list(original))
-    try:
-        yield
-    finally:
-        sys.argv = original

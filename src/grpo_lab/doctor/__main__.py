@@ -2,44 +2,45 @@
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 import tempfile
 
-import hydra
 from omegaconf import DictConfig
 
-from grpo_lab.cli import _report, side_command
-from grpo_lab.paths import CONF_DIR, cache_dir
+from grpo_lab.cli import hydra_app, parse_flags, report, side_command
+from grpo_lab.paths import cache_dir
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
-def _task(cfg: DictConfig) -> None:
+def examine(cfg: DictConfig, *, as_json: bool, verbose: bool) -> None:
+    """The Hydra job: every check, printed as a table or JSON; exits 1 on a blocker."""
     from hydra.core.hydra_config import HydraConfig
 
     from grpo_lab import doctor
 
     try:  # inside the job: Hydra would add its own "Error executing job" line
-        sweeper = HydraConfig.get().sweeper
-        rows = doctor.collect(cfg, sweeper=sweeper, cache_dir=cache_dir())
+        rows = doctor.collect(cfg, sweeper=HydraConfig.get().sweeper, cache_dir=cache_dir())
     except Exception as e:
-        sys.exit(_report(e))
-    if _task.as_json:
-        print(doctor.to_json(rows), flush=True)
-    else:
-        print(f"\n== grpo_lab doctor ==\n{doctor.render(rows)}", flush=True)
+        sys.exit(report(e, verbose=verbose))
+    print(doctor.to_json(rows) if as_json else f"\n== grpo_lab doctor ==\n{doctor.render(rows)}", flush=True)
     if any(r.status == "fail" for r in rows):
         sys.exit(1)
 
 
 def main() -> None:
-    argv = sys.argv[1:]
-    _task.as_json = "--json" in argv
-    argv = [a for a in argv if a != "--json"]
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--json", action="store_true")
+    options, args = parse_flags(sys.argv[1:], parser)
+
+    @hydra_app
+    def doctor(cfg: DictConfig) -> None:
+        examine(cfg, as_json=options.json, verbose=options.verbose)
+
     # Nothing of the doctor's is kept: its Hydra folder (the job's log) is a temporary one.
     folder = tempfile.mkdtemp(prefix="grpo_lab_doctor_")
     try:
-        side_command(_task, [*argv, "hydra.output_subdir=null"], folder)
+        side_command(doctor, [*args, "hydra.output_subdir=null"], folder, verbose=options.verbose)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
