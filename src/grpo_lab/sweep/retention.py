@@ -17,20 +17,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from grpo_lab.errors import ConfigError
 from grpo_lab.ranking import Ranking, from_trials
 
 log = logging.getLogger("grpo_lab")
 
-POLICIES = ("all", "best", "none")
 MODEL_DIR = "model"  # where train.run saves the final model (or LoRA adapter) inside a run folder
-
-
-def check_policy(policy: str, top_k: int) -> None:
-    if policy not in POLICIES:
-        raise ConfigError(f"`hydra.sweeper.keep_models={policy}` must be one of {', '.join(POLICIES)}.")
-    if top_k < 1:
-        raise ConfigError(f"`hydra.sweeper.keep_top_k={top_k}` must be >= 1.")
 
 
 def kept_trials(ranking: Ranking, policy: str, top_k: int) -> list[Any]:
