@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 import pytest
 from optuna.trial import TrialState
 
+from grpo_lab import reward_check
 from grpo_lab.config import HealthConfig
 from grpo_lab.health import Monitor, default_config, replay
 from wandb_files import find_runs, read_run
@@ -55,6 +57,30 @@ def test_no_signal_names_the_likely_cause():
     (same,) = replay(rows(reward=[0.7] * 3, reward_std=[0.2] * 3, frac_reward_zero_std=[0.95] * 3))
     assert "every completion of a prompt scores the same" in same.message and "trainer.temperature" in same.message
     assert replay(rows(reward=[0.7] * 3, reward_std=[0.2] * 3, frac_reward_zero_std=[0.5] * 3)) == []
+
+
+def _trl_logs(groups: list[list[float]]) -> dict[str, float]:
+    """What TRL logs for one step whose prompts' completions scored `groups` (one reward, weight 1)."""
+    stds = [statistics.stdev(g) for g in groups]
+    return {
+        "reward": statistics.fmean(v for g in groups for v in g),
+        "reward_std": statistics.fmean(stds),
+        "frac_reward_zero_std": sum(s == 0 for s in stds) / len(stds),
+    }
+
+
+def test_check_rewards_and_the_live_rule_give_one_no_signal_diagnosis():
+    """The same flat rewards before training (check_rewards) and in training's logs (the live rule): the same
+    diagnosis, and a different one for each cause (never rewarded, always rewarded alike)."""
+    diagnoses = []
+    for groups in ([[0.0] * 4] * 4, [[1.0] * 4] * 3 + [[0.0] * 4]):
+        check = reward_check.assess({"correctness": groups}, {"correctness": 1.0})
+        (event,) = replay(rows(**{k: [v] * 3 for k, v in _trl_logs(groups).items()}))
+        assert not check.healthy and event.rule == "no_signal"
+        assert check.diagnosis and check.diagnosis in check.verdict and check.diagnosis in event.message
+        diagnoses.append(check.diagnosis)
+    assert diagnoses[0] != diagnoses[1]
+    assert reward_check.assess({"length": [[0.0, 1.0]] * 4}, {"length": 1.0}).diagnosis is None  # a signal
 
 
 def test_a_run_that_never_had_a_learning_signal_is_told_from_one_whose_signal_faded():
@@ -139,7 +165,8 @@ hydra:
 @pytest.mark.parametrize("bad", ["health.kl=off", "health.kl_max=0", "health.patience=0"])
 def test_bad_health_settings_fail_before_training(bad, tmp_path, model_cache):
     proc = run_cli([*FAST, bad], tmp_path, model_cache, timeout=60)
-    assert proc.returncode == 1 and f"`{bad.split('=')[0]}` must be" in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()  # one line that names the key
+    assert proc.returncode == 1 and f"`{bad.split('=')[0]}" in line and "must be" in line
 
 
 # ------------------------------------------------------------------------------ rewards before training
@@ -167,4 +194,5 @@ def test_check_rewards_sees_a_signal_and_its_absence(tmp_path, model_cache):
     assert flat.returncode == 2, flat.stderr[-3000:]
     assert "no signal: every reward is 0" in flat.stdout and "data.num_shots=1" in flat.stdout
     bad = check_rewards(["experiment=smoke", "lr=abc"], tmp_path, model_cache)
-    assert bad.returncode == 1 and "`lr` must be a number" in bad.stderr
+    (line,) = bad.stderr.strip().splitlines()
+    assert bad.returncode == 1 and "`lr" in line and "must be a number" in line

@@ -170,21 +170,25 @@ def _present(**values: float | None) -> dict[str, float]:
 
 
 def _no_signal(reward: float | None, std: float | None, zero_std: float | None, patience: int) -> str:
-    """Why GRPO has nothing to learn from, and the likely fixes."""
     seen = ", ".join(
         f"{k} = {v:.3g}" for k, v in _present(reward=reward, reward_std=std, frac_reward_zero_std=zero_std).items()
     )
-    if reward is not None and abs(reward) < 1e-9:
-        cause = (
+    return f"no learning signal for {patience} logs ({seen}): {no_signal_diagnosis(reward)}."
+
+
+def no_signal_diagnosis(mean_reward: float | None) -> str:
+    """Why GRPO has nothing to learn from when the completions of each prompt score alike, and the likely fixes.
+    Judged on the mean total reward, the one reward number TRL logs; the live rule and `check_rewards` both
+    give this diagnosis."""
+    if mean_reward is not None and abs(mean_reward) < 1e-9:
+        return (
             "every reward is 0, so the expected format is never produced: add worked examples (`data.num_shots=1`), "
             "raise `trainer.max_completion_length`, or use easier problems"
         )
-    else:
-        cause = (
-            "every completion of a prompt scores the same: raise `trainer.temperature` or `num_generations`, "
-            "or use a reward that grades more finely"
-        )
-    return f"no learning signal for {patience} logs ({seen}): {cause}."
+    return (
+        "every completion of a prompt scores the same: raise `trainer.temperature` or `num_generations`, "
+        "or use a reward that grades more finely"
+    )
 
 
 def replay(rows: list[dict[str, Any]], cfg: HealthConfig | None = None) -> list[Event]:
@@ -204,4 +208,4 @@ def default_config() -> HealthConfig:
     return HealthConfig.model_validate(OmegaConf.to_container(OmegaConf.load(CONF_DIR / "health" / "default.yaml")))
 
 
-__all__ = ["FLAGS", "Event", "Monitor", "default_config", "replay"]
+__all__ = ["FLAGS", "Event", "Monitor", "default_config", "no_signal_diagnosis", "replay"]

@@ -21,6 +21,7 @@ from grpo_lab import models, records
 from grpo_lab.config import RunConfig
 from grpo_lab.evaluate import generate
 from grpo_lab.grpo_fields import trl_default
+from grpo_lab.health import no_signal_diagnosis
 from grpo_lab.rewards import build_rewards
 
 REPORT = "reward_check.json"
@@ -49,6 +50,7 @@ class RewardCheck:
     normalised_mean: float  # total mean / sum of |weights|
     healthy: bool
     verdict: str
+    diagnosis: str | None  # without a signal: why, and what to change (health.no_signal_diagnosis)
     seconds: float
 
 
@@ -65,24 +67,31 @@ def _stats(name: str, weight: float, groups: list[list[float | None]]) -> Reward
     )
 
 
-def _verdict(total: RewardStats, normalised: float) -> tuple[bool, str]:
+def assess(
+    per_reward: dict[str, list[list[float | None]]], weights: dict[str, float], seconds: float = 0.0
+) -> RewardCheck:
+    """The check's numbers and verdict for each reward's scores, one list per prompt (its completions' scores)."""
+    groups = next(iter(per_reward.values()))
+    prompts, g = len(groups), len(groups[0]) if groups else 0
+    totals = [
+        [sum(weights[n] * (per_reward[n][i][j] or 0.0) for n in per_reward) for j in range(g)] for i in range(prompts)
+    ]
+    stats = [_stats(n, weights[n], scores) for n, scores in per_reward.items()]
+    total = _stats("total", sum(weights.values()), totals)
+    normalised = total.mean / (sum(abs(w) for w in weights.values()) or 1.0)
     if total.flat_groups > _MAX_FLAT_GROUPS:
+        diagnosis = no_signal_diagnosis(total.mean)
         share = f"{100 * total.flat_groups:.0f}% of the prompts get the same total reward for all their completions"
-        if total.values and max(abs(v) for v in total.values) == 0:
-            return False, (
-                f"no signal: every reward is 0 ({share}), so the format is never produced. Add worked examples "
-                "(`data.num_shots=1`), raise `trainer.max_completion_length`, or use easier problems."
-            )
-        return False, (
-            f"no signal: {share}. Raise `trainer.temperature` or `num_generations`, or use rewards that grade "
-            "more finely."
+        return RewardCheck(
+            prompts, g, stats, total, normalised, False, f"no signal: {diagnosis} ({share}).", diagnosis, seconds
         )
     # The recipes' other rule of thumb (a mean total of 0.3-0.7 of its range) needs each reward's range, which a
     # user's reward does not declare: shown as information (total mean / sum of weights), not judged.
-    return True, (
+    verdict = (
         f"healthy: the completions of {100 * (1 - total.flat_groups):.0f}% of the prompts score differently, so "
         f"GRPO has a signal to learn from (mean total reward {normalised:.2f} of the weights' sum)."
     )
+    return RewardCheck(prompts, g, stats, total, normalised, True, verdict, None, seconds)
 
 
 def check(cfg: RunConfig, cache_dir: Path, *, prompts: int, seed: int | None = None) -> RewardCheck:
@@ -100,7 +109,7 @@ def check(cfg: RunConfig, cache_dir: Path, *, prompts: int, seed: int | None = N
         return cfg.trainer.get(name, trl_default(name))
 
     g = cfg.num_generations
-    generated = generate(
+    batches = generate(
         model,
         tokenizer,
         list(rows["prompt"]),
@@ -115,6 +124,7 @@ def check(cfg: RunConfig, cache_dir: Path, *, prompts: int, seed: int | None = N
             "num_return_sequences": g,
         },
     )
+    generated = [out for batch in batches for out in batch]
     columns = [c for c in rows.column_names if c != "prompt"]
     per_reward: dict[str, list[list[float | None]]] = {r.__name__: [] for r in rewards}
     for i, row in enumerate(rows):
@@ -122,16 +132,7 @@ def check(cfg: RunConfig, cache_dir: Path, *, prompts: int, seed: int | None = N
         extra = {c: [row[c]] * g for c in columns}
         for reward in rewards:
             per_reward[reward.__name__].append(reward(completions=completions, prompts=[row["prompt"]] * g, **extra))
-    weights = cfg.reward.weights
-    totals = [
-        [sum(weights[n] * (per_reward[n][i][j] or 0.0) for n in per_reward) for j in range(g)] for i in range(len(rows))
-    ]
-    stats = [_stats(n, weights[n], groups) for n, groups in per_reward.items()]
-    total = _stats("total", sum(weights.values()), totals)
-    scale = sum(abs(w) for w in weights.values()) or 1.0
-    normalised = total.mean / scale
-    healthy, verdict = _verdict(total, normalised)
-    return RewardCheck(len(rows), g, stats, total, normalised, healthy, verdict, time.monotonic() - started)
+    return assess(per_reward, cfg.reward.weights, time.monotonic() - started)
 
 
 def table(result: RewardCheck) -> str:
@@ -164,4 +165,4 @@ def write(result: RewardCheck, run_dir: Path) -> list[Path]:
     return [run_dir / REPORT, run_dir / PICTURE]
 
 
-__all__ = ["RewardCheck", "RewardStats", "check", "table", "write"]
+__all__ = ["RewardCheck", "RewardStats", "assess", "check", "table", "write"]
