@@ -206,7 +206,7 @@ def _existing(path: Path) -> Path:
 def storage_check(url: str | None, study_name: str | None) -> Check:
     """Can the sweep's storage be opened, and what does it hold? Opens nothing that does not exist yet."""
     from grpo_lab.sweep import storage as st
-    from hydra_plugins.grpo_lab_sweeper.sweeper import DEFAULT_STORAGE
+    from grpo_lab.sweep_defaults import DEFAULT_STORAGE
 
     url = url or DEFAULT_STORAGE
     shown = redact(url)

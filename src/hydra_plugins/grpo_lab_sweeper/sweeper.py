@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from grpo_lab.errors import GrpoLabError
 from grpo_lab.redact import redact, share
+from grpo_lab.sweep_defaults import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
     from grpo_lab.ranking import Ranking
@@ -36,8 +37,6 @@ warnings.filterwarnings("ignore", message=".*Heartbeat of storage is supposed to
 warnings.filterwarnings(
     "ignore", message=r".*(heartbeat_interval|fail_stale_trials|set_metric_names|RetryHeartbeatStale).*experimental"
 )
-
-DEFAULT_STORAGE = "sqlite:///outputs/sweeps/optuna.db"
 
 
 class SweepError(GrpoLabError, RuntimeError):
