@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import inspect
 import pickle
-import re
 
 import pytest
 
@@ -25,6 +25,8 @@ from grpo_lab.rewards import (
     xmlcount,
 )
 from grpo_lab.rewards.parsing import completion_text, extract_answer, normalize_reference, parse_number
+
+from conftest import one_line_naming
 
 GOOD = "<reasoning>\nShe buys 6 packs of 7.\n6 * 7 = 42\n</reasoning>\n<answer>\n42\n</answer>"
 
@@ -47,8 +49,9 @@ def test_completion_text_forms():
     ]
     assert completion_text(turns) == "<answer>7</answer>"
     assert completion_text([{"role": "assistant", "content": [{"type": "text", "text": "parts"}]}]) == "parts"
-    with pytest.raises(RewardError, match="string or a list"):
+    with pytest.raises(RewardError) as error:
         completion_text(None)  # type: ignore[arg-type]
+    one_line_naming(error.value, "NoneType")  # what it got
 
 
 @pytest.mark.parametrize(
@@ -152,10 +155,13 @@ def test_correctness_text_reference():
 
 def test_correctness_without_answer_column_and_bad_lengths():
     assert correctness([GOOD, GOOD]) == [None, None]
-    with pytest.raises(RewardError, match="one reference"):
-        correctness([GOOD, GOOD], answer=["42"])
-    with pytest.raises(RewardError, match="one reference"):
+    # The reward, the column, how many completions and the references it got.
+    with pytest.raises(RewardError) as error:
+        correctness([GOOD, GOOD], answer=["7"])
+    one_line_naming(error.value, "correctness", "answer", "2", "['7']")
+    with pytest.raises(RewardError) as error:
         correctness([GOOD], answer="4")
+    one_line_naming(error.value, "correctness", "answer", "1", "'4'")
 
 
 def test_correctness_accepts_trl_kwargs():
@@ -245,9 +251,10 @@ def test_regex_format():
 
 
 def test_regex_format_invalid_pattern():
-    pattern = r"<answer>(\d+"
-    with pytest.raises(RewardError, match=re.escape(f"invalid pattern {pattern!r}")):
+    pattern = "<answer>([0-9]+"
+    with pytest.raises(RewardError) as error:
         regex_format(["x"], pattern=pattern)
+    one_line_naming(error.value, "regex_format", pattern)
 
 
 # ------------------------------------------------------------------------------------------------ length
@@ -263,20 +270,22 @@ def test_length_chars():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"),
+    ("kwargs", "names"),
     [
-        ({"ideal_length": 0, "completion_ids": [[1]]}, "positive"),
-        ({"ideal_length": -5, "completion_ids": [[1]]}, "positive"),
-        ({"ideal_length": float("nan"), "completion_ids": [[1]]}, "positive"),
-        ({"ideal_length": "48", "completion_ids": [[1]]}, "positive"),
-        ({"ideal_length": 8, "unit": "words", "completion_ids": [[1]]}, "unknown unit 'words'"),
-        ({"ideal_length": 8}, "needs `completion_ids`"),
-        ({"ideal_length": 8, "completion_ids": [[1], [2]]}, "2 `completion_ids` for 1"),
+        # The argument and its offending value; the valid choices; the way out; both counts.
+        ({"ideal_length": 0, "completion_ids": [[1]]}, ["ideal_length", "0"]),
+        ({"ideal_length": -5, "completion_ids": [[1]]}, ["ideal_length", "-5"]),
+        ({"ideal_length": float("nan"), "completion_ids": [[1]]}, ["ideal_length", "nan"]),
+        ({"ideal_length": "48", "completion_ids": [[1]]}, ["ideal_length", "'48'"]),
+        ({"ideal_length": 8, "unit": "words", "completion_ids": [[1]]}, ["unit", "words", "tokens", "chars"]),
+        ({"ideal_length": 8}, ["completion_ids", "unit='chars'"]),
+        ({"ideal_length": 8, "completion_ids": [[1], [2]]}, ["completion_ids", "2", "1"]),
     ],
 )
-def test_length_errors(kwargs, message):
-    with pytest.raises(RewardError, match=message):
+def test_length_errors(kwargs, names):
+    with pytest.raises(RewardError) as error:
         length(["x"], **kwargs)
+    one_line_naming(error.value, "length", *names)
 
 
 # ------------------------------------------------------------------------------------------------ registry
@@ -307,7 +316,7 @@ def test_named_reward_name_is_what_trl_logs():
 
 
 def wrong_count(completions, **kwargs):
-    return [1.0]
+    return [1.0, 1.0]
 
 
 def not_a_list(completions, **kwargs):
@@ -315,16 +324,20 @@ def not_a_list(completions, **kwargs):
 
 
 def test_named_reward_checks_output():
-    with pytest.raises(RewardError, match=r"`bad`.*wrong_count.*one score per completion \(2\), got 1 scores"):
-        NamedReward("bad", wrong_count)(completions=["a", "b"])
-    with pytest.raises(RewardError, match=r"`worse`.*got 'float'"):
+    # The reward's config name, its function, and what it returned against what was expected.
+    with pytest.raises(RewardError) as error:
+        NamedReward("bad", wrong_count)(completions=["a", "b", "c"])
+    one_line_naming(error.value, "bad", "wrong_count", "3", "2")
+    with pytest.raises(RewardError) as error:
         NamedReward("worse", not_a_list)(completions=["a"])
+    one_line_naming(error.value, "worse", "not_a_list", "float")
 
 
 def test_named_reward_kwarg_clash():
-    reward = NamedReward("ok", correctness, {"answer": ["42"]})
-    with pytest.raises(RewardError, match=r"\['answer'\] clash"):
+    reward = NamedReward("accuracy", correctness, {"answer": ["42"]})
+    with pytest.raises(RewardError) as error:
         reward(completions=[GOOD], answer=["42"])
+    one_line_naming(error.value, "accuracy", "answer")  # the reward, and the kwarg that TRL passes too
 
 
 def test_build_rewards_order_and_targets():
@@ -348,26 +361,43 @@ def test_builtin_rewards_all_resolve():
         assert func.__name__ == short
 
 
+def offers_nearest(text: str, nearest: str) -> None:
+    """`nearest` is offered on its own, besides the list of every built-in (so it is there twice)."""
+    assert all(name in text for name in BUILTIN_REWARDS), text
+    assert text.count(nearest) == 2, text
+
+
+_format = importlib.import_module("grpo_lab.rewards.format")
+FORMAT_FUNCTIONS = [n for n in dir(_format) if not n.startswith("_") and inspect.isfunction(getattr(_format, n))]
+
+
 @pytest.mark.parametrize(
-    ("target", "message"),
+    ("target", "names"),
     [
-        ("grpo_lab.no_such_module.fn", r"module `grpo_lab.no_such_module` not found"),
-        ("nonexistent_pkg_xyz.rewards.fn", r"module `nonexistent_pkg_xyz.rewards` not found"),
-        ("grpo_lab.rewards.math.corectness", r"has no attribute `corectness`; did you mean `correctness`\?"),
-        ("grpo_lab.rewards.format.zzzzzz", r"has no attribute `zzzzzz`$"),
-        ("grpo_lab.rewards.format.TRAILING_PENALTY", r"is a float, not a callable"),
-        ("corectness", r"Unknown built-in reward `corectness`; did you mean `correctness`\?"),
-        ("grpo_lab.", r"must be a dotted path"),
+        # The target as given, and what in it is wrong (the module, the attribute, its type) or the nearest name.
+        ("grpo_lab.no_such_module.fn", ["grpo_lab.no_such_module"]),
+        ("nonexistent_pkg_xyz.rewards.fn", ["nonexistent_pkg_xyz.rewards"]),
+        ("grpo_lab.rewards.math.corectness", ["grpo_lab.rewards.math", "correctness"]),
+        ("grpo_lab.rewards.format.zzzzzz", ["grpo_lab.rewards.format"]),
+        ("grpo_lab.rewards.format.TRAILING_PENALTY", ["float"]),
+        ("corectness", ["correctness", *BUILTIN_REWARDS]),
+        ("grpo_lab.", ["my_pkg.rewards.fn"]),  # the form it expects
     ],
 )
-def test_resolve_target_errors(target, message):
-    with pytest.raises(RewardError, match=message):
+def test_resolve_target_errors(target, names):
+    with pytest.raises(RewardError) as error:
         resolve_target(target)
+    text = one_line_naming(error.value, target, *names)
+    if target == "corectness":
+        offers_nearest(text, "correctness")
+    if target.endswith("zzzzzz"):  # nothing is close: no name of the module is offered
+        assert FORMAT_FUNCTIONS and not [name for name in FORMAT_FUNCTIONS if name in text], text
 
 
 def test_build_rewards_reports_bad_target():
-    with pytest.raises(RewardError, match="did you mean `strict_format`"):
+    with pytest.raises(RewardError) as error:
         build_rewards({"fmt": RewardFunction(target="strict_fromat", kwargs={})})
+    offers_nearest(one_line_naming(error.value, "strict_fromat"), "strict_format")
 
 
 # ------------------------------------------------------------------------------------------------ docs
