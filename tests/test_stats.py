@@ -9,6 +9,8 @@ import pytest
 from grpo_lab.evaluate import EvalResult, change_metrics
 from grpo_lab.stats import detectable_difference, mcnemar_exact, paired_change, wilson
 
+from conftest import one_line_naming
+
 
 # Newcombe (1998), "Two-sided confidence intervals for the single proportion", Table I, score method.
 @pytest.mark.parametrize(
@@ -60,8 +62,9 @@ def test_paired_change_counts_and_bounds():
     assert change.p_value == 1.0
     same = paired_change([True] * 5 + [False] * 5, [True] * 5 + [False] * 5)
     assert same.change == 0 and same.p_value == 1.0 and same.ci_low < 0 < same.ci_high
-    with pytest.raises(ValueError, match="differ in number"):
-        paired_change([True], [True, False])
+    with pytest.raises(ValueError) as error:
+        paired_change([True, False], [True, False, True, True, False])
+    one_line_naming(error.value, "2", "5")  # both counts
 
 
 def test_detectable_difference_shrinks_with_the_square_root_of_n():
