@@ -12,7 +12,7 @@ import pytest
 from grpo_lab import config
 from grpo_lab.errors import ConfigError
 
-from conftest import EXPERIMENTS, cli_env, compose
+from conftest import EXPERIMENTS, cli_env, compose, one_line_naming
 
 
 def load(*overrides: str) -> config.RunConfig:
@@ -139,14 +139,14 @@ def test_bad_input_names_its_key_and_the_nearest_valid_one(override, key, kind, 
         load("experiment=smoke", override)
     error = info.value
     assert (error.key, error.kind, error.problems[0].near) == (key, kind, nearest)
-    assert "\n" not in str(error) and f"`{key}" in str(error)
+    one_line_naming(error, f"`{key}")
 
 
 def test_several_problems_are_one_line_naming_each():
     with pytest.raises(ConfigError) as info:
         load("experiment=smoke", "lr=-1", "beta=-1")
     assert [p.key for p in info.value.problems] == ["lr", "beta"]
-    assert "\n" not in str(info.value)
+    one_line_naming(info.value, "`lr", "`beta")
 
 
 def test_batch_divisibility_in_our_words():

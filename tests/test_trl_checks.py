@@ -13,7 +13,7 @@ import pytest
 from grpo_lab import config, grpo_fields, limits, trl_checks
 from grpo_lab.errors import ConfigError
 
-from conftest import EXPERIMENTS, REPO, compose, run_cli
+from conftest import EXPERIMENTS, REPO, compose, one_line_naming, run_cli
 
 
 def check(*overrides: str, num_processes: int = 1) -> None:
@@ -83,7 +83,7 @@ def test_bad_setting_is_one_line_naming_its_key(overrides, key, kind):
     with pytest.raises(ConfigError) as info:
         check(*overrides)
     assert (info.value.key, info.value.kind) == (key, kind)
-    assert "\n" not in str(info.value) and f"`{key}" in str(info.value)
+    one_line_naming(info.value, f"`{key}")
 
 
 @pytest.mark.parametrize(
@@ -229,7 +229,7 @@ def _fails_early(overrides: list[str], key: str, tmp_path: Path, cache: Path) ->
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     (line,) = [line for line in proc.stderr.splitlines() if line.startswith("ERROR ")]
-    assert f"`{key}" in line, line
+    one_line_naming(line, f"`{key}")
     assert not list(tmp_path.rglob("wandb")) and not list(tmp_path.rglob("*.wandb"))
     assert not (cache / "models").exists()
     return {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}

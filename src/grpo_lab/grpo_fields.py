@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 NO_DEFAULT = "<no literal default>"
+_FORMAT = "v1"
 # The plain types a field can declare, by the names the JSON file uses.
 _PLAIN = {bool: "bool", int: "int", float: "float", str: "str", type(None): "null", list: "list", dict: "dict"}
 # Values TRL's help text quotes, in single quotes or backticks; a value after `=` belongs to another field.
@@ -66,10 +67,9 @@ def _describe(field: dataclasses.Field, names: set[str]) -> TrlField:
     if default is dataclasses.MISSING:
         default = NO_DEFAULT
     help_text = str(field.metadata.get("help", ""))
-    named = {a or b for a, b in _QUOTED.findall(help_text)} - names - {"True", "False", "None"}
-    return TrlField(
-        field.name, default, tuple(types_) or None, None if choices is None else tuple(choices), tuple(sorted(named))
-    )
+    quoted = dict.fromkeys(a or b for a, b in _QUOTED.findall(help_text))  # in TRL's order
+    named = tuple(q for q in quoted if q not in names and q not in ("True", "False", "None"))
+    return TrlField(field.name, default, tuple(types_) or None, None if choices is None else tuple(choices), named)
 
 
 def from_class(config_cls: type) -> dict[str, TrlField]:
@@ -82,7 +82,8 @@ def from_class(config_cls: type) -> dict[str, TrlField]:
 def _cache_file() -> Path:
     from grpo_lab.paths import cache_dir
 
-    return cache_dir() / "trl" / f"grpo_config-trl{version('trl')}-transformers{version('transformers')}.json"
+    # _FORMAT changes with TrlField, so that a file an older grpo_lab wrote is not misread.
+    return cache_dir() / "trl" / f"grpo_config-{_FORMAT}-trl{version('trl')}-transformers{version('transformers')}.json"
 
 
 def _read(path: Path) -> dict[str, TrlField] | None:
