@@ -238,7 +238,7 @@ def test_sigterm_to_a_multi_process_job_ends_every_child_within_10_s(tmp_path, m
     finally:
         for p in descendants(proc.pid) | children:
             if alive(p):
-                os.kill(p, signal.SIGKILL)
+                p.kill()
     (run_dir,) = [p.parent for p in (tmp_path / "outputs").rglob("metrics.json")]
     _assert_interrupted(run_dir, "SIGTERM")  # recorded by the main rank
     assert _wandb_exit(run_dir)[1:] == ("failed", 143)

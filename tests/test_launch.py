@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 
 import optuna
+import psutil
 import pytest
 from optuna.trial import TrialState
 
@@ -97,7 +97,7 @@ def test_killing_the_parent_leaves_no_child(tmp_path, model_cache):
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    pids: set[int] = set()
+    pids: set[psutil.Process] = set()
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and not list(tmp_path.rglob("history.jsonl")):
@@ -113,7 +113,7 @@ def test_killing_the_parent_leaves_no_child(tmp_path, model_cache):
     finally:
         for p in descendants(parent.pid) | pids:
             if alive(p):
-                os.kill(p, signal.SIGKILL)
+                p.kill()
     # Each rank's watchdog saw the parent go and stopped it as on SIGTERM: the main rank recorded the run.
     (metrics_file,) = (tmp_path / "outputs").rglob("metrics.json")
     metrics = json.loads(metrics_file.read_text())

@@ -28,6 +28,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from grpo_lab import interrupts
 from grpo_lab.config import LauncherConfig, RunConfig
 from grpo_lab.errors import ConfigError, GrpoLabError
@@ -97,42 +99,30 @@ def command(launcher: LauncherConfig, job_file: Path, port: int) -> list[str]:
     ]  # fmt: skip
 
 
-def descendants(pid: int) -> set[int]:
-    """Every live process below `pid` (Linux /proc; empty elsewhere)."""
-    children: dict[int, list[int]] = {}
+def descendants(pid: int) -> set[psutil.Process]:
+    """Every live process below `pid`."""
     try:
-        entries = list(Path("/proc").iterdir())
-    except OSError:
+        return set(psutil.Process(pid).children(recursive=True))
+    except psutil.NoSuchProcess:
         return set()
-    for entry in entries:
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
-def _signal(pid: int, sig: int, *, group: bool = False) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        (os.killpg if group else os.kill)(pid, sig)
-
-
-def alive(pid: int) -> bool:
-    """Whether process `pid` still runs (Linux /proc: a zombie has ended)."""
+def alive(process: psutil.Process) -> bool:
+    """Whether `process` still runs: a zombie has ended (an orphan's may wait to be reaped)."""
     try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    return state not in ("Z", "X")  # a zombie has ended (an orphan's may wait to be reaped)
+
+
+def _signal(process: psutil.Process, sig: int) -> None:
+    with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+        process.send_signal(sig)  # psutil checks the pid was not reused
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
 
 
 def stop_children(proc: subprocess.Popen, signum: int = signal.SIGTERM, grace_s: float = STOP_GRACE_S) -> None:
@@ -142,19 +132,20 @@ def stop_children(proc: subprocess.Popen, signum: int = signal.SIGTERM, grace_s:
     if proc.poll() is not None:
         return
     below = descendants(proc.pid)
-    _signal(proc.pid, signum, group=True)
+    _signal_group(proc.pid, signum)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if proc.poll() is None:
-            below |= descendants(proc.pid)
+            below |= descendants(proc.pid)  # kept: a process whose parent exits is reparented out of this tree
         elif not any(alive(p) for p in below):
             return
         time.sleep(0.1)
-    left = sorted(p for p in below if alive(p))
-    log.warning("Children still running %.0f s after %s: killing %s.", grace_s, interrupts.signal_name(signum), left)
-    _signal(proc.pid, signal.SIGKILL, group=True)
-    for pid in left:
-        _signal(pid, signal.SIGKILL)
+    left = sorted((p for p in below if alive(p)), key=lambda p: p.pid)
+    pids = [p.pid for p in left]
+    log.warning("Children still running %.0f s after %s: killing %s.", grace_s, interrupts.signal_name(signum), pids)
+    _signal_group(proc.pid, signal.SIGKILL)
+    for process in left:
+        _signal(process, signal.SIGKILL)
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
