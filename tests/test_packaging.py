@@ -131,7 +131,7 @@ def test_the_wheel_runs_smoke_and_the_users_own_preset(venv, user_repo, model_ca
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "  - mine" in (user_repo / "conf" / "experiment" / "best.yaml").read_text()
-    assert "re-run the winner with  python -m grpo_lab experiment=best" in proc.stdout
+    assert "python -m grpo_lab experiment=best" in proc.stdout  # the command that re-runs it
     shipped = next((venv.parent / "lib").glob("python*/site-packages/grpo_lab/conf/experiment"))
     assert {p.name for p in shipped.iterdir()} == SHIPPED_EXPERIMENTS
 
