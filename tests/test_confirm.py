@@ -115,3 +115,19 @@ def test_a_multi_objective_study_has_no_ranking():
     ranking = from_trials(study)
     assert ranking.configs == () and ranking.tied == () and ranking.leader is None
     assert [e.trial for e in ranking.best] == [0]
+
+
+def test_compare_of_a_confirmed_study_leads_and_exports_the_seed_mean_winner(tmp_path):
+    from grpo_lab.compare import export, leaderboard
+    from grpo_lab.compare.sources import from_study
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    lucky = study_of(
+        [(1e-5, 0.9), (2e-5, 0.7), (3e-5, 0.3)], [(0, 0.2, 43), (0, 0.3, 44), (1, 0.72, 43), (1, 0.68, 44)]
+    )
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    study.add_trials(lucky.trials)
+    board = leaderboard.build(from_study(url, "s", out_dir=tmp_path))
+    assert export.pick(board, None).trial == 1  # not trial 0, the luckiest single value
+    assert [row["run"] for row in board.rows][:3] == ["trial_5", "trial_1", "trial_6"]  # config #1's runs first
+    assert board.ranking.leader.trial == 1 and [e.trial for e in board.ranking.tied] == [0]

@@ -21,7 +21,7 @@ def test_runs_best_first_with_unfinished_ones_last_in_their_order():
     assert [e.name for e in ranking.entries] == ["high", "low", "failed", "pruned"]
     assert [e.verdict for e in ranking.entries] == [Verdict.LEADER, Verdict.BEHIND, Verdict.UNRANKED, Verdict.UNRANKED]
     assert ranking.leader.name == "high" and ranking.tied == () and not ranking.tested
-    assert ranking.rerun_command == "python -m grpo_lab lr=0.6"
+    assert ranking.leader.command == "python -m grpo_lab lr=0.6"
 
 
 def test_a_minimised_objective_and_equal_values_tie():
@@ -38,7 +38,7 @@ def test_an_unfinished_run_with_a_value_is_listed_but_never_leads():
 
 def test_nothing_finished_has_no_leader():
     ranking = from_runs([_run("x", None, "failed")], ["maximize"])
-    assert ranking.leader is None and ranking.rerun_command is None and ranking.ranked == ()
+    assert ranking.leader is None and ranking.ranked == ()
 
 
 def test_several_objectives_lead_with_the_pareto_front():
@@ -73,4 +73,4 @@ def test_a_study_ranks_complete_trials_and_keeps_the_rest_unranked():
     ranking = from_trials(study)
     assert [e.trial for e in ranking.entries] == [2, 0, 1]
     assert ranking.entries[-1].verdict is Verdict.UNRANKED
-    assert ranking.rerun_command == "python -m grpo_lab lr=3e-05"  # the sweep's machinery left out
+    assert ranking.leader.command == "python -m grpo_lab lr=3e-05"  # the sweep's machinery left out

@@ -104,10 +104,6 @@ class Ranking:
     def ranked(self) -> tuple[Entry, ...]:
         return tuple(e for e in self.entries if e.verdict is not Verdict.UNRANKED)
 
-    @property
-    def rerun_command(self) -> str | None:
-        return None if self.leader is None else self.leader.command
-
 
 def rerun_command(overrides: list[str]) -> str:
     """`python -m grpo_lab ...` to paste into a shell: the overrides as a user types them (the CLI adds the
