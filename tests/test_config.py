@@ -132,6 +132,8 @@ def test_model_options():
         ("data.kind=jsonx", "data.kind", "choice", "jsonl"),
         ("trainer.temperature=-1", "trainer.temperature", "range", None),
         ("trainer.loss_type=dr_grop", "trainer.loss_type", "choice", "dr_grpo"),
+        ("objective.metric=eval_after/acuracy", "objective.metric", "choice", "eval_after/accuracy"),
+        ("lr=${nosuch}", "lr", "rule", None),  # an interpolation that does not resolve
     ],
 )
 def test_bad_input_names_its_key_and_the_nearest_valid_one(override, key, kind, nearest):

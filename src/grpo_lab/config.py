@@ -401,7 +401,7 @@ def validate(run: RunConfig) -> RunConfig:
 EVAL_EXTRA_METRICS = ("mean_length",)  # what an evaluation measures besides its graders' shares
 
 
-def check_metric_name(metric: str, graders: Sequence[str] | None = None) -> None:
+def check_metric_name(metric: str, graders: Sequence[str] | None = None, key: str = "objective.metric") -> None:
     """A metric a run produces: eval_before/eval_after + a grader's name (any name when `graders` is None: the
     job checks it against its own `eval.graders`) or `mean_length`, or train/<logged key>."""
     prefix, _, name = metric.partition("/")
@@ -409,13 +409,14 @@ def check_metric_name(metric: str, graders: Sequence[str] | None = None) -> None
     if prefix in ("eval_before", "eval_after") and name:
         if graders is not None and name not in known:
             near = _nearest(name, known)
-            tip = f" Did you mean `{prefix}/{near}`?" if near else ""
-            raise ConfigError(f"Metric `{metric}`: {prefix} has {', '.join(known)} (`eval.graders`).{tip}")
+            must = f"be {prefix}/<{'|'.join(known)}> (`eval.graders`)"
+            raise fail(Problem(key, "choice", metric, must, near=near and f"{prefix}/{near}"))
     elif prefix != "train" or not name:
-        raise ConfigError(
-            f"Metric `{metric}` must be `eval_after/<grader>` (a name in `eval.graders`, or mean_length), "
-            "`eval_before/...`, or `train/<logged key>` (e.g. `train/reward_end`, `train/kl`)."
+        must = (
+            "be `eval_after/<grader>` (a name in `eval.graders`, or mean_length), `eval_before/...`, "
+            "or `train/<logged key>` (e.g. `train/reward_end`, `train/kl`)"
         )
+        raise fail(Problem(key, "choice", metric, must))
 
 
 def _check_objective(run: RunConfig) -> None:
@@ -424,7 +425,8 @@ def _check_objective(run: RunConfig) -> None:
     check_metric_name(metric, list(run.eval.graders))
     prefix = metric.partition("/")[0]
     if prefix.startswith("eval_") and not getattr(run.eval, prefix.removeprefix("eval_")):
-        raise ConfigError(f"`objective.metric={metric}` needs `eval.{prefix.removeprefix('eval_')}=true`.")
+        must = f"needs `eval.{prefix.removeprefix('eval_')}=true`."
+        raise fail(Problem("objective.metric", "rule", metric, must))
 
 
 def load(cfg: Any) -> RunConfig:
@@ -433,11 +435,13 @@ def load(cfg: Any) -> RunConfig:
 
     try:
         raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    except Exception as e:  # an interpolation that does not resolve
-        raise ConfigError(f"The config does not resolve: {e}") from e
+    except Exception as e:  # an interpolation that does not resolve; OmegaConf names the key
+        key = str(getattr(e, "full_key", "") or "config")
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__  # OmegaConf adds key lines
+        raise fail(Problem(key, "rule", must=f"does not resolve: {first}")) from e
     raw = {k: v for k, v in raw.items() if k != "hydra"}
-    if "reward" not in raw or "trainer" not in raw:
-        raise ConfigError("The config needs `reward` and `trainer` groups (see conf/config.yaml).")
+    if missing := [group for group in ("reward", "trainer") if group not in raw]:
+        raise fail(*(Problem(group, "missing", note="(a group of conf/config.yaml)") for group in missing))
     raw["trainer"] = raw["trainer"] or {}  # `trainer:` with every key left to TRL's defaults
     try:
         run = RunConfig.model_validate(raw)
