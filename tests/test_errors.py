@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from grpo_lab import config
 from grpo_lab import data as data_mod
 from grpo_lab.errors import DataError, describe
 
-from conftest import FAST, REPO, load_study, postgres_url, run_cli, skip_here
+from conftest import FAST, REPO, compose, load_study, one_line_naming, postgres_url, run_cli, skip_here
 
 TESTS = str(REPO / "tests")
 SMOKE_SWEEP = ["-m", "sweep=lr_beta", *FAST, "hydra.sweeper.n_trials=1"]
@@ -137,10 +138,13 @@ def test_missing_dataset_file(tmp_path, model_cache):
     error_line(proc, f"data.path={missing}", "does not exist")
 
 
-def test_a_dataset_file_that_disappears_after_the_check(tmp_path):
-    path = tmp_path / "train.jsonl"  # checked, then gone before it is read
-    with pytest.raises(DataError, match=r"Cannot read .*train\.jsonl: No such file or directory"):
-        list(data_mod._read_jsonl(path))
+def test_a_dataset_file_that_disappears_after_the_check(tmp_path, monkeypatch):
+    path = tmp_path / "train.jsonl"  # passes the existence check, then is gone when it is read
+    monkeypatch.setattr(Path, "is_file", lambda self: self == path or os.path.isfile(self))
+    cfg = config.load(compose(["experiment=smoke", "data=jsonl", f"data.path={path}"])).data
+    with pytest.raises(DataError) as info:
+        data_mod.load_datasets(cfg)
+    one_line_naming(info.value, str(path), "No such file or directory")
 
 
 def test_environment_errors_are_described_and_bugs_are_not():
