@@ -126,9 +126,11 @@ def test_grid_gives_one_run_per_job_in_one_group(tmp_path, model_cache):
     end = proc.stdout[proc.stdout.index(f"== {folder.relative_to(tmp_path)}: 2 runs") :]
     table = _table_rows(end)
     assert [(row[1], row[2]) for row in table] == [("lr=1e-05", "finished"), ("lr=2e-05", "finished")]
-    assert "Tie: 2 jobs cannot be told apart on eval_after/accuracy" in end
     assert [row[6] for row in table] == ["leader", "≈#1"]  # the paired comparison on the same held-out items
-    commands = [line.split(": ", 1)[1] for line in end.splitlines() if line.startswith("  lr=")]
+    lines = end.splitlines()
+    first_command = next(i for i, line in enumerate(lines) if line.startswith("  lr="))
+    one_line_naming(lines[first_command - 1], "2", "eval_after/accuracy")  # the tie above them: how many, on what
+    commands = [line.split(": ", 1)[1] for line in lines if line.startswith("  lr=")]
     assert [c.split()[:3] for c in commands] == [["python", "-m", "grpo_lab"]] * 2
     composed = run_cli([*shlex.split(commands[1])[3:], "--cfg", "job"], tmp_path, model_cache)
     assert composed.returncode == 0 and yaml.safe_load(composed.stdout)["lr"] == 2e-5
