@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
-from grpo_lab.cli import prepare_overrides
+from grpo_lab.cli import parse_flags, prepare_overrides
 
 from conftest import REPO, cli_env, run_cli
 
@@ -36,6 +37,19 @@ def test_plain_overrides_become_force_adds_but_groups_do_not():
         "hydra/launcher=basic",
     ]
     assert swept == ["lr"]
+
+
+def test_grpo_labs_own_options_leave_hydras_arguments_in_order(monkeypatch):
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--prompts", type=int, default=8)
+    argv = ["-m", "--prompts", "3", "lr=1e-5,2e-5", "--cfg", "job", "--verbose", "-cn", "config", "--help"]
+    options, rest = parse_flags(argv, parser)
+    assert (options.prompts, options.verbose) == (3, True)
+    assert rest == ["-m", "lr=1e-5,2e-5", "--cfg", "job", "-cn", "config", "--help"]
+    assert parse_flags(["x=1"]) == (argparse.Namespace(verbose=False), ["x=1"])
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # Hydra's own switch for full tracebacks asks for them too
+    assert parse_flags(["x=1"])[0].verbose
 
 
 def _python_importtime(args: list[str], tmp_path, model_cache) -> subprocess.CompletedProcess:

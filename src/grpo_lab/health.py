@@ -178,8 +178,8 @@ def _no_signal(reward: float | None, std: float | None, zero_std: float | None, 
 
 def no_signal_diagnosis(mean_reward: float | None) -> str:
     """Why GRPO has nothing to learn from when the completions of each prompt score alike, and the likely fixes.
-    Judged on the mean total reward, the one reward number TRL logs; the live rule and `check_rewards` both
-    give this diagnosis."""
+    Judged on the mean weighted total reward (TRL's logged `reward`), which both the live rule and
+    `check_rewards` have, so that they give the same diagnosis for the same rewards."""
     if mean_reward is not None and abs(mean_reward) < 1e-9:
         return (
             "every reward is 0, so the expected format is never produced: add worked examples (`data.num_shots=1`), "
