@@ -501,53 +501,31 @@ def test_two_workers_share_a_postgresql_study(tmp_path, model_cache):
         admin.dispose()
 
 
+def _two_trials_side_by_side(tmp_path: Path, model_cache: Path, launcher: list[str], timeout: int) -> optuna.Study:
+    """A sweep of two trials, both in one batch through `launcher`: exactly those two finish, side by side
+    (the second started before the first ended)."""
+    args = ["-m", "sweep=lr_beta", *FAST, *launcher, "hydra.sweeper.n_jobs=2", "hydra.sweeper.n_trials=2"]
+    proc = run_cli(args, tmp_path, model_cache, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    study = load_study(tmp_path, "lr_beta")
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2  # exactly n_trials, none extra
+    first, second = study.trials
+    assert second.datetime_start < first.datetime_complete
+    return study
+
+
 @pytest.mark.slow  # side-by-side trials stay covered in CI by the submitit_local test
 def test_parallel_trials_through_the_joblib_launcher(tmp_path, model_cache):
-    proc = run_cli(
-        [
-            "-m",
-            "sweep=lr_beta",
-            *FAST,
-            "hydra/launcher=joblib",
-            "hydra.launcher.n_jobs=2",
-            "hydra.sweeper.n_jobs=2",
-            "hydra.sweeper.n_trials=2",
-        ],
-        tmp_path,
-        model_cache,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    first, second = load_study(tmp_path, "lr_beta").trials
-    assert first.state == second.state == TrialState.COMPLETE
+    launcher = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    first, second = _two_trials_side_by_side(tmp_path, model_cache, launcher, timeout=600).trials
     assert first.params != second.params
-    # Side by side: the second trial started before the first one ended.
-    assert second.datetime_start < first.datetime_complete
 
 
 def test_parallel_trials_through_the_submitit_local_launcher(tmp_path, model_cache):
     """hydra-submitit-launcher's `submitit_local` runs the code path of its Slurm launcher (pickled jobs,
     submitit's own job folders, results read back from files) as local processes."""
-    proc = run_cli(
-        [
-            "-m",
-            "sweep=lr_beta",
-            *FAST,
-            "hydra/launcher=submitit_local",
-            "hydra.launcher.timeout_min=15",
-            "hydra.launcher.cpus_per_task=1",
-            "hydra.sweeper.n_jobs=2",
-            "hydra.sweeper.n_trials=2",
-        ],
-        tmp_path,
-        model_cache,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    study = load_study(tmp_path, "lr_beta")
-    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2  # exactly n_trials, none extra
-    first, second = study.trials
-    assert second.datetime_start < first.datetime_complete  # the first batch ran side by side
+    launcher = ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=15", "hydra.launcher.cpus_per_task=1"]
+    study = _two_trials_side_by_side(tmp_path, model_cache, launcher, timeout=900)
     sweep_dir = tmp_path / "outputs" / "sweeps" / "lr_beta"
     for trial in study.trials:
         run_dir = sweep_dir / f"trial_{trial.number}"
