@@ -8,9 +8,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from grpo_lab.errors import ConfigError
+from grpo_lab.sweep_settings import check
 from grpo_lab.validation import Problem, fail
 from hydra_plugins.grpo_lab_sweeper import GrpoOptunaSweeperConf
-from hydra_plugins.grpo_lab_sweeper.settings import check
 
 from conftest import one_line_naming, run_cli
 

@@ -102,7 +102,7 @@ class GrpoOptunaSweeper(Sweeper):
         from grpo_lab.sweep.plan import Plan
         from grpo_lab.sweep.space import expand_wildcards, parse_space
         from grpo_lab.sweep.storage import SweepStorage
-        from hydra_plugins.grpo_lab_sweeper.settings import check as check_settings
+        from grpo_lab.sweep_settings import check as check_settings
 
         s = self.settings
         check_settings(s)  # each hydra.sweeper.* value against its declared choices and range

@@ -1,8 +1,9 @@
 """What each `hydra.sweeper.*` setting may hold, declared once as a pydantic model.
 
-The defaults live in the Hydra schema (this package's ``__init__``), which also refuses an unknown key or a
-value of the wrong type while Hydra composes (:func:`grpo_lab.validation.hydra_problem` words that refusal);
-this model adds the choices and ranges. Imported when a sweep starts, never by ``--help`` or ``--cfg``.
+The defaults live in the sweeper's Hydra schema (``hydra_plugins.grpo_lab_sweeper``), which also refuses an
+unknown key or a value of the wrong type while Hydra composes (:func:`grpo_lab.validation.hydra_problem` words
+that refusal); this model adds the choices and ranges. It lives outside ``hydra_plugins`` because Hydra
+executes every module there on each command, and pydantic must not load for ``--help`` or ``--cfg``.
 """
 
 from typing import Any, Literal
