@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -256,17 +257,27 @@ def test_tiny_dtype(tiny, tiny_cache: Path, dtype: str, expected: str) -> None:
 
 
 # ----------------------------------------------------------------------------------- atomic builds
-def test_cached_build_keeps_the_copy_of_a_process_that_finished_first(tmp_path: Path) -> None:
-    target = tmp_path / "models" / "m"
+def test_a_build_keeps_the_copy_of_a_process_that_finished_first(
+    tiny_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that ignores the lock (another grpo_lab version, a file system without locks) finishes while
+    `prepare` is still writing: its complete copy is kept, and no temp folder is left."""
+    from transformers import PreTrainedModel
 
-    def build_while_another_process_wins(tmp: Path) -> None:
-        (tmp / "config.json").write_text('{"by": "us"}')
-        target.mkdir()
-        (target / "config.json").write_text('{"by": "them"}')
+    theirs = tmp_path / "theirs"
+    shutil.copytree(tiny_cache / "models" / "tiny-llama", theirs)
+    (theirs / "by-them").write_text("")
+    target = tmp_path / "cache" / "models" / "tiny-llama"
+    save = PreTrainedModel.save_pretrained
 
-    assert models._cached_build(target, build_while_another_process_wins) == target
-    assert (target / "config.json").read_text() == '{"by": "them"}'
-    assert sorted(p.name for p in target.parent.iterdir()) == [".m.lock", "m"]  # no temp folder left
+    def save_while_another_process_finishes(self, *args, **kwargs):
+        save(self, *args, **kwargs)
+        os.rename(theirs, target)
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", save_while_another_process_finishes)
+    models.prepare(model_config(TINY), tmp_path / "cache")
+    assert (target / "by-them").is_file()
+    assert sorted(p.name for p in target.parent.iterdir()) == [".tiny-llama.lock", "tiny-llama"]
 
 
 def test_failed_build_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -400,11 +411,23 @@ def test_packaged_gguf_converts_once_into_a_trainable_copy(tmp_path: Path, capfd
 
 def test_concurrent_builders_wait_for_one_another(tmp_path: Path) -> None:
     """Two processes (the ranks of one job) prepare the same builtin at once: one builds, the other waits for it."""
+    builds = tmp_path / "builds.log"
     code = textwrap.dedent(
         f"""
+        import os, time
+        from transformers import PreTrainedModel
         from grpo_lab import models
         from grpo_lab.config import LoraConfig, ModelConfig
 
+        save = PreTrainedModel.save_pretrained
+
+        def slow_save(self, *args, **kwargs):  # a slow build, logged: the other process arrives meanwhile
+            with open({str(builds)!r}, "a") as log:
+                log.write(f"{{os.getpid()}}\\n")
+            time.sleep(1.0)
+            save(self, *args, **kwargs)
+
+        PreTrainedModel.save_pretrained = slow_save
         lora = LoraConfig(enabled=False, r=16, alpha=32, dropout=0.05, target_modules="all-linear")
         cfg = ModelConfig(
             name_or_path={TINY!r}, dtype="float32", attn_implementation=None, gradient_checkpointing=False,
@@ -422,3 +445,4 @@ def test_concurrent_builders_wait_for_one_another(tmp_path: Path) -> None:
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [".tiny-llama.lock", "tiny-llama"]
     assert (tmp_path / "models" / "tiny-llama" / "config.json").is_file()
+    assert len(builds.read_text().splitlines()) == 1  # one built it; the other waited and found it built
