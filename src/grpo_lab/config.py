@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
-from grpo_lab import grpo_fields, limits
+from grpo_lab import grpo_fields
 from grpo_lab.errors import ConfigError
 from grpo_lab.grpo_fields import trl_default, trl_version
 from grpo_lab.validation import Problem, fail, nearest, problems, unknown_key
@@ -449,6 +449,8 @@ def load(cfg: Any) -> RunConfig:
         raise fail(*problems(e, RunConfig, aliases=_alias)) from None
     if found := _reward_problems(run.reward) or _trainer_key_problems(run.trainer):
         raise fail(*found)
+    from grpo_lab import limits  # TRL's keys and our table: needed only once the run's own schema holds
+
     kwargs = grpo_kwargs(run, output_dir="", report_to=[], run_name=None)
     if found := limits.trainer_problems(kwargs, user_key) + limits.lora_problems(run.model.lora):
         raise fail(*found)

@@ -18,7 +18,6 @@ import re
 import types
 import typing
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +79,8 @@ def from_class(config_cls: type) -> dict[str, TrlField]:
 
 
 def _cache_file() -> Path:
+    from importlib.metadata import version  # ~20 ms: not on the path of a config that fails before TRL's keys
+
     from grpo_lab.paths import cache_dir
 
     # _FORMAT changes with TrlField, so that a file an older grpo_lab wrote is not misread.
@@ -136,4 +137,6 @@ def trl_default(name: str) -> Any:
 
 
 def trl_version() -> str:
+    from importlib.metadata import version
+
     return version("trl")
