@@ -24,7 +24,8 @@ def _graders(**targets: str):
 
 
 def test_a_reward_serves_as_a_grader_through_its_threshold():
-    (grader,) = build({"long": GraderConfig(target="length", threshold=0.5, kwargs={"ideal_length": 4, "unit": "chars"})})
+    spec = GraderConfig(target="length", threshold=0.5, kwargs={"ideal_length": 4, "unit": "chars"})
+    (grader,) = build({"long": spec})
     assert grader.grade(["abcd", "a" * 40], {}) == [1, 0]
 
 
@@ -84,7 +85,8 @@ def test_an_own_grader_is_evaluated_with_its_interval_and_change_and_a_sweep_opt
     sweep = write_sweep(
         tmp_path / "conf",
         "own",
-        "hydra:\n  sweeper:\n    study_name: own\n    n_trials: 2\n    objectives: [{metric: eval_after/exact, direction: maximize}]\n"
+        "hydra:\n  sweeper:\n    study_name: own\n    n_trials: 2\n"
+        "    objectives: [{metric: eval_after/exact, direction: maximize}]\n"
         "    params:\n      lr: choice(1e-4, 1e-3)\n",
     )
     proc = run_cli(["-m", *sweep, *FAST, *_own_task(tmp_path), *grader], tmp_path, model_cache, PYTHONPATH=TESTS)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from grpo_lab import records
 from grpo_lab.compare import leaderboard
 from grpo_lab.compare.sources import RunRecord, Source
 from grpo_lab.ranking import Verdict
+from grpo_lab.run_folder import RunFolder
 from grpo_lab.stats import mcnemar_exact, wilson
 
 QUESTIONS = [f"What is {i} + {i}?" for i in range(20)]
@@ -22,7 +22,7 @@ def _run(root: Path, name: str, correct: list[int], questions: list[str] = QUEST
         {"item": i, "question": q, "correct": c, "format": 1}
         for i, (q, c) in enumerate(zip(questions, correct, strict=True))
     ]
-    records.write_eval(run_dir, "eval_after", samples)
+    RunFolder(run_dir).write_eval("eval_after", samples)
     accuracy = sum(correct) / len(correct)
     return RunRecord(
         name=name, state="finished", objective=accuracy, metrics={"eval_after/accuracy": accuracy}, run_dir=run_dir

@@ -192,11 +192,11 @@ def run_job(cfg: DictConfig, *, verbose: bool, swept: tuple[str, ...]) -> Any:
         if multirun:  # the next job runs in this process: a job that failed before its model loaded resumes here
             startup.resume()
     from grpo_lab import summary
-    from grpo_lab.records import write_summary
+    from grpo_lab.run_folder import RunFolder
     from grpo_lab.train import Objective
 
     text = summary.format_run(result)
-    summary_file = write_summary(result.run_dir, text)
+    summary_file = RunFolder(result.run_dir).write_summary(text)
     trial = run_cfg.trial
     print(text if trial is None else summary.format_trial(result, trial.number, summary_file), flush=True)
     return Objective(result.objective, result.metrics)
@@ -211,7 +211,7 @@ def _train(cfg: DictConfig, *, multirun: bool, swept: tuple[str, ...]) -> tuple[
     _redact_hydra_files(multirun)
     run_cfg = config_mod.load(cfg)
     if run_cfg.resume is not None:  # no such folder or no checkpoint: one line in a second, before TRL loads
-        from grpo_lab.records import find_resume
+        from grpo_lab.resume import find_resume
 
         find_resume(run_cfg.resume)
     from grpo_lab import trl_checks  # TRL's own checks, before W&B or a model (imports trl)
@@ -276,11 +276,11 @@ def _redact_hydra_files(multirun: bool) -> None:
     """Mask secrets in Hydra's copies of the config (`.hydra/*.yaml`, `multirun.yaml`), written before the job."""
     from hydra.core.hydra_config import HydraConfig
 
-    from grpo_lab import records
+    from grpo_lab.run_folder import RunFolder
 
     hc = HydraConfig.get()
     sweep_dir = Path(hc.sweep.dir) if multirun else None
-    records.redact_hydra_files(Path(hc.runtime.output_dir), hc.output_subdir, sweep_dir)
+    RunFolder(Path(hc.runtime.output_dir)).redact_hydra_copies(hc.output_subdir, sweep_dir)
 
 
 # ------------------------------------------------------------------------------------------------ errors

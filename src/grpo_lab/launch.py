@@ -160,7 +160,8 @@ def run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) ->
 
 
 def _run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) -> Any:
-    from grpo_lab import models, records
+    from grpo_lab import models
+    from grpo_lab.run_folder import RunFolder
     from grpo_lab.train import resume_context
 
     ctx, _ = resume_context(cfg, ctx)  # resume=<folder>: fails here, before launching, if it has no checkpoint
@@ -169,7 +170,7 @@ def _run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) -
     models.prepare(cfg.model, ctx.cache_dir)  # convert/build once here, not once per process
     # The main child records the run in metrics.json, as a single-process run does: that is the result.
     # A resumed run's old metrics.json stays until then (the children read its W&B id); only a fresh one counts.
-    metrics_file = ctx.run_dir / records.METRICS
+    metrics_file = RunFolder(ctx.run_dir).metrics_file
     stale = metrics_file.read_bytes() if metrics_file.exists() else None
     argv = command(cfg.launcher, _write_job(ctx, launch_dir), cfg.launcher.main_process_port or free_port())
     log.info("Launching %d processes: %s", cfg.launcher.num_processes, " ".join(argv))
@@ -198,7 +199,9 @@ def _run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) -
         finally:
             pump.join(timeout=10)
     fresh = metrics_file.exists() and metrics_file.read_bytes() != stale
-    return _result(cfg, records.read_result(ctx.run_dir) if fresh else None, code, launch_dir / "children.log", tail)
+    return _result(
+        cfg, RunFolder(ctx.run_dir).read_result() if fresh else None, code, launch_dir / "children.log", tail
+    )
 
 
 def _child_env(cfg: RunConfig, env: dict[str, str], slot: int) -> dict[str, str]:
@@ -215,7 +218,7 @@ def _child_env(cfg: RunConfig, env: dict[str, str], slot: int) -> dict[str, str]
 
 def _write_job(ctx: Any, launch_dir: Path) -> Path:
     """launch/job.json: what every child runs (the config as the parent composed and validated it)."""
-    from grpo_lab import records
+    from grpo_lab import files
 
     job = {
         "config": ctx.resolved_config,
@@ -223,7 +226,7 @@ def _write_job(ctx: Any, launch_dir: Path) -> Path:
         "parent_pid": os.getpid(),  # the children stop if this process dies
     }
     job_file = launch_dir / "job.json"
-    records.write_json(job_file, job, redact_secrets=False)  # the children need the real values
+    files.write_json(job_file, job, redact_secrets=False)  # the children need the real values
     return job_file
 
 
@@ -246,16 +249,17 @@ def _result(cfg: RunConfig, result: Any, code: int, log_path: Path, tail: deque[
 def _check_interrupted_record(cfg: RunConfig, ctx: Any, metrics_file: Path, stale: bytes | None, signum: int) -> None:
     """The main child records an interrupted run itself; if it could not (it was killed, or stopped before
     training began), the parent writes the record, with the last step in history.jsonl."""
-    from grpo_lab import records
+    from grpo_lab.run_folder import RunFolder, RunResult
     from grpo_lab.tracking import TrackerInfo, choose_mode
 
     if metrics_file.exists() and metrics_file.read_bytes() != stale:
         return
-    rows = records.read_history(ctx.run_dir)
+    folder = RunFolder(ctx.run_dir)
+    rows = folder.read_history()
     step = rows[-1].get("step", 0) if rows else 0
     name = interrupts.signal_name(signum)
     log.warning("The main process left no record: %s says interrupted by %s at step %d.", metrics_file, name, step)
-    result = records.RunResult(
+    result = RunResult(
         status="interrupted",
         objective=float("nan"),
         objective_metric=cfg.objective.metric,
@@ -263,9 +267,9 @@ def _check_interrupted_record(cfg: RunConfig, ctx: Any, metrics_file: Path, stal
         run_dir=ctx.run_dir,
         run_name=ctx.run_name,
         # The children's W&B run (their environment is ours), left unclosed by the kill.
-        tracker=TrackerInfo(mode=choose_mode(cfg.logger), run_id=records.wandb_run_id(ctx.run_dir)),
+        tracker=TrackerInfo(mode=choose_mode(cfg.logger), run_id=folder.wandb_run_id()),
     )
-    records.write_metrics(result, interrupted={"signal": name, "step": step})
+    folder.write_metrics(result, interrupted={"signal": name, "step": step})
 
 
 def _pump(proc: subprocess.Popen, log_file: Any, tail: deque[str]) -> None:

@@ -10,9 +10,10 @@ What is masked (as ``***``):
   texts the value after such a key (``api_key=...``, ``"token": "..."``).
 
 Used by the log handlers (:class:`RedactingFilter`, installed by ``conf/hydra/job_logging/grpo_lab.yaml``),
-the run folder's files (``records``), the tracker (W&B config, summary, command line), ``compare`` and
-the sweeper. A job that must *use* a masked URL (a sweep trial reporting to its storage) gets it back
-with :func:`reveal`, from the process environment the sweeper shares it through (:func:`share`).
+the run folder's files (``files``, ``run_folder``), the tracker (W&B config, summary), the CLI (the command
+line W&B records), ``compare`` and the sweeper. A job that must *use* a masked URL (a sweep trial reporting
+to its storage) gets it back with :func:`reveal`, from the process environment the sweeper shares it through
+(:func:`share`).
 """
 
 from __future__ import annotations

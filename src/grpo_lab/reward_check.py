@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grpo_lab import data as data_mod
-from grpo_lab import models, records
+from grpo_lab import files, models
 from grpo_lab.config import RunConfig
 from grpo_lab.evaluate import generate
 from grpo_lab.grpo_fields import trl_default
@@ -146,7 +146,7 @@ def table(result: RewardCheck) -> str:
 def write(result: RewardCheck, run_dir: Path) -> list[Path]:
     """reward_check.json (the numbers, the verdict) and reward_check.png (a histogram per reward and the total)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    records.write_json(run_dir / REPORT, asdict(result))
+    files.write_json(run_dir / REPORT, asdict(result))
     import matplotlib
 
     matplotlib.use("Agg")

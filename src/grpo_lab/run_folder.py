@@ -146,6 +146,20 @@ class RunFolder:
         }
         files.write_json(self.metrics_file, record | extra)
 
+    def redact_hydra_copies(self, output_subdir: str | None, sweep_dir: Path | None = None) -> None:
+        """Mask secrets in the copies of the config that Hydra writes before the job starts: `.hydra/config.yaml`,
+        `hydra.yaml` (with the command line's `hydra.*` overrides, e.g. a sweep storage URL with its password)
+        and `overrides.yaml` here, and `multirun.yaml` in the sweep folder."""
+        names = ("config.yaml", "hydra.yaml", "overrides.yaml") if output_subdir is not None else ()
+        paths = [self.path / str(output_subdir) / name for name in names]
+        for path in [*paths, *([sweep_dir / "multirun.yaml"] if sweep_dir is not None else [])]:
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError:
+                continue
+            if redact(text) != text:
+                files.write_atomic(path, redact(text))
+
     def write_summary(self, text: str) -> Path:
         files.write_atomic(self.summary_file, redact(text))
         return self.summary_file

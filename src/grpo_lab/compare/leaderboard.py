@@ -20,10 +20,11 @@ from typing import Any
 
 from grpo_lab.compare.paired import interval, item_outcomes
 from grpo_lab.compare.sources import RunRecord, Source
+from grpo_lab.files import write_atomic
 from grpo_lab.overrides import as_dict
 from grpo_lab.ranking import Entry, Ranking, Verdict, from_runs
-from grpo_lab.records import HEADLINES, write_atomic
 from grpo_lab.redact import redact
+from grpo_lab.summary import HEADLINES
 
 # (column, metrics key in metrics.json / W&B summary, history key)
 TRAIN_COLUMNS = tuple((h.column, h.metric, h.key) for h in HEADLINES)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpo_lab import records
 from grpo_lab.compare.sources import RunRecord
 from grpo_lab.graders import EXTRA_METRICS, item_value
+from grpo_lab.run_folder import RunFolder
 from grpo_lab.stats import wilson
 
 
@@ -21,7 +21,7 @@ def item_outcomes(run: RunRecord, metric: str) -> list[tuple[str, bool | None]] 
     prefix, _, grader = metric.partition("/")
     if prefix != "eval_after" or grader in EXTRA_METRICS or run.run_dir is None:
         return None
-    rows = records.read_eval(run.run_dir, prefix)
+    rows = RunFolder(run.run_dir).read_eval(prefix)
     if not rows or all(item_value(r, grader) is None for r in rows):  # no such grader in this run
         return None
     return [(str(r.get("question", r.get("item", ""))), _outcome(item_value(r, grader))) for r in rows]

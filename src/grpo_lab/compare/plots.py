@@ -10,7 +10,7 @@ from typing import Any
 
 from grpo_lab.compare.leaderboard import Board
 from grpo_lab.ranking import Verdict
-from grpo_lab.records import HEADLINES
+from grpo_lab.summary import HEADLINES
 
 log = logging.getLogger("grpo_lab")
 

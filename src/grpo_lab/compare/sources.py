@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_lab import records
 from grpo_lab.errors import GrpoLabError
+from grpo_lab.files import RunFolderError
 from grpo_lab.overrides import render, user_overrides
 from grpo_lab.ranking import CONFIRM_OF
-from grpo_lab.records import number as _number
 from grpo_lab.redact import MASK, redact, reveal, without_password
+from grpo_lab.run_folder import RunFolder
+from grpo_lab.run_folder import number as _number
+from grpo_lab.summary import HEADLINES
 
 
 class SourceError(GrpoLabError):
@@ -56,8 +58,8 @@ class Source:
 
 def _overrides(run_dir: Path) -> list[str]:
     try:
-        return records.read_overrides(run_dir)
-    except records.RunFolderError:
+        return RunFolder(run_dir).read_overrides()
+    except RunFolderError:
         return []
 
 
@@ -65,8 +67,8 @@ def read_run_dir(run_dir: Path) -> RunRecord:
     """One run folder (a single run, a multirun job or a sweep trial), whatever state it ended in; a damaged
     metrics.json shows as `incomplete`, with the reason as its error."""
     try:
-        data, damage = records.read_metrics(run_dir) or {}, None
-    except records.RunFolderError as e:
+        data, damage = RunFolder(run_dir).read_metrics() or {}, None
+    except RunFolderError as e:
         data, damage = {}, str(e)
     metrics = {k: v for k, v in ((k, _number(v)) for k, v in data.get("metrics", {}).items()) if v is not None}
     objective = _number((data.get("objective") or {}).get("value"))
@@ -77,7 +79,7 @@ def read_run_dir(run_dir: Path) -> RunRecord:
         objective=objective if objective is not None and math.isfinite(objective) else None,
         metrics=metrics,
         overrides=user_overrides(_overrides(run_dir)),
-        history=records.read_history(run_dir),
+        history=RunFolder(run_dir).read_history(),
         run_dir=run_dir,
         wandb=wandb.get("url") or wandb.get("run_path"),
         duration_s=_number((data.get("durations_s") or {}).get("total")),
@@ -99,9 +101,9 @@ def _natural(name: str) -> tuple[int, str]:
 
 def _objective_of(run_dir: Path) -> tuple[str, str]:
     try:
-        config = records.read_config(run_dir) or {}
+        config = RunFolder(run_dir).read_config() or {}
         return config["objective"]["metric"], config["objective"]["direction"]
-    except (records.RunFolderError, KeyError, TypeError):
+    except (RunFolderError, KeyError, TypeError):
         return "eval_after/accuracy", "maximize"
 
 
@@ -214,7 +216,7 @@ def from_wandb(project_path: str, group: str, metric: str, direction: str, out_d
         summary = dict(r.summary)
         history = [
             {k.removeprefix("train/"): v for k, v in row.items()} | {"step": row.get("train/global_step")}
-            for row in r.scan_history(keys=["train/global_step", *(h.metric for h in records.HEADLINES), "train/loss"])
+            for row in r.scan_history(keys=["train/global_step", *(h.metric for h in HEADLINES), "train/loss"])
         ]
         objective = _number(summary.get("objective"))
         knobs = [

@@ -94,7 +94,7 @@ def write_best(
     """`best.yaml`: the best trial (or the Pareto front) as parameters plus the exact command to re-run it."""
     from omegaconf import OmegaConf
 
-    from grpo_lab.records import write_atomic
+    from grpo_lab.files import write_atomic
     from grpo_lab.redact import redact
 
     ranking = ranking or from_trials(study)

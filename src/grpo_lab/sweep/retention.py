@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_lab.ranking import Ranking, from_trials
+from grpo_lab.run_folder import RunFolder
 
 log = logging.getLogger("grpo_lab")
-
-MODEL_DIR = "model"  # where train.run saves the final model (or LoRA adapter) inside a run folder
 
 
 def kept_trials(ranking: Ranking, policy: str, top_k: int) -> list[Any]:
@@ -36,7 +35,7 @@ def kept_trials(ranking: Ranking, policy: str, top_k: int) -> list[Any]:
 
 def model_path(trial: Any) -> Path | None:
     run_dir = trial.user_attrs.get("run_dir")
-    return Path(run_dir) / MODEL_DIR if run_dir else None
+    return RunFolder(Path(run_dir)).model_dir if run_dir else None
 
 
 def apply(study: Any, policy: str, top_k: int, ranking: Ranking | None = None) -> list[Path]:

@@ -376,7 +376,9 @@ class GrpoOptunaSweeper(Sweeper):
         not count towards n_trials, so the same command again resumes the study."""
         from optuna.trial import TrialState
 
-        from grpo_lab import interrupts, records
+        from grpo_lab import interrupts
+        from grpo_lab.files import RunFolderError
+        from grpo_lab.run_folder import RunFolder
 
         name = interrupts.signal_name(interrupts.signal_of(error) or 2)
         states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
@@ -386,9 +388,9 @@ class GrpoOptunaSweeper(Sweeper):
             run_dir = self.sweep_dir / f"trial_{trial.number}"
             where = ""
             try:
-                step = (records.read_metrics(run_dir) or {})["interrupted"]["step"]
+                step = (RunFolder(run_dir).read_metrics() or {})["interrupted"]["step"]
                 where = f" at step {step}"
-            except (records.RunFolderError, KeyError, TypeError):
+            except (RunFolderError, KeyError, TypeError):
                 pass
             trial.set_user_attr("run_dir", str(run_dir))
             self._fail(study, trial, f"interrupted by {name}{where}")
