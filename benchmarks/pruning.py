@@ -55,6 +55,7 @@ hydra:
 def run(name: str, overrides: list[str], root: Path, env: dict, trials: int, steps: int) -> dict:
     import optuna
 
+    from grpo_lab.ranking import from_trials
     from grpo_lab.sweep import confirm
 
     cwd = root / name
@@ -73,7 +74,7 @@ def run(name: str, overrides: list[str], root: Path, env: dict, trials: int, ste
     steps_of = {
         t.number: len((history / f"trial_{t.number}" / "history.jsonl").read_text().splitlines()) for t in search
     }
-    best = confirm.rank(study)[0]
+    best = from_trials(study).configs[0]  # the best seed mean after the confirmation runs
     return {
         "pruner": name,
         "wall_s": sample.wall_s,

@@ -110,7 +110,7 @@ def resolve_source(name_or_path: str) -> ModelSource:
     if spec and path.exists():  # Path("") is the working directory
         return _resolve_local(spec, path)
     if _looks_like_path(spec):
-        raise ModelError(f"Model path {spec!r} does not exist.")
+        raise ModelError(f"model.name_or_path={spec!r}: no such path.")
     if not _HUB_ID.match(spec) or "--" in spec or ".." in spec:
         raise ModelError(
             f"model.name_or_path={spec!r} is neither builtin:<name> ({', '.join(BUILTINS)}), "
@@ -317,7 +317,8 @@ def _from_pretrained(
         # OSError: missing files or repo; ValueError: unknown architecture, unsupported GGUF, bad
         # attn_implementation; ImportError: an optional kernel (flash-attn) is not installed.
         hint = OFFLINE_HINT if source.kind == "hub" else "Check the path holds a transformers model (config.json)."
-        raise ModelError(f"Could not load {source.describe()}: {error}\n{hint}") from error
+        detail = " ".join(str(error).split())  # one line: transformers' messages span several
+        raise ModelError(f"Could not load {source.describe()}: {detail} {hint}") from error
     return model, tokenizer
 
 

@@ -42,11 +42,6 @@ def planned(study: Any) -> int | None:
     return study.user_attrs.get(_PLANNED)
 
 
-def rank(study: Any) -> list[Config]:
-    """The configs that have confirmation runs, best seed mean first ([] without any): the ranking's."""
-    return list(from_trials(study).configs)
-
-
 def _vs_best(config: Config, best: Config) -> str:
     if config is best:
         return "best"
@@ -78,4 +73,4 @@ def verdict(ranking: Ranking) -> str:
     return line
 
 
-__all__ = ["CONFIRM_OF", "SEED", "enqueue", "is_confirmation", "plan", "planned", "rank", "table", "verdict"]
+__all__ = ["CONFIRM_OF", "SEED", "enqueue", "is_confirmation", "plan", "planned", "table", "verdict"]

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_lab.overrides import Machinery, without
-from grpo_lab.ranking import Entry, Ranking, from_trials, rerun_command
+from grpo_lab.ranking import Entry, Ranking, from_trials
 from grpo_lab.sweep import confirm
 from grpo_lab.sweep.retention import model_path
 
@@ -118,6 +118,3 @@ def write_best(
     # worker's rename takes the file from under another's.
     write_atomic(path, OmegaConf.to_yaml(OmegaConf.create(redact(data))))
     return path
-
-
-__all__ = ["rerun_command", "trials_table", "write_best"]
