@@ -73,6 +73,8 @@ def write_sweep(config_dir: Path, name: str, body: str) -> list[str]:
 
 # Fast jobs: the tiny model, 2 steps, no evaluation before training, nothing saved.
 FAST = ["experiment=smoke", "max_steps=2", "eval.before=false", "output.save_model=false"]
+# The same on two CPU processes (gloo) through accelerate.
+DDP = [*FAST, "launcher=ddp", "launcher.num_processes=2"]
 
 
 def skip_here(reason: str) -> None:

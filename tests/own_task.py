@@ -2,8 +2,9 @@
 
 
 def exact(completions, answer, **kwargs):
-    """1 when the completion, stripped, is the reference answer; None where there is no reference."""
-    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+    """1 when the completion, stripped, is the reference answer; None where there is no reference. Written as
+    docs/runs.md shows it: completions of conversation prompts are lists of messages, as TRL gives rewards."""
+    texts = [c[0]["content"] for c in completions]
     return [None if ref is None else float(text.strip() == str(ref)) for text, ref in zip(texts, answer, strict=True)]
 
 

@@ -19,6 +19,12 @@ TAGGED = [[{"role": "system", "content": "Answer in <answer>...</answer>."}, {"r
 PLAIN = [[{"role": "user", "content": "What is 7 times 9? Reply with the number only."}]]
 
 
+def _data(columns: dict, prompts: list):
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": p, **{c: v[i] for c, v in columns.items()}} for i, p in enumerate(prompts)])
+
+
 def _graders(**targets: str):
     return build({name: GraderConfig(target=t, threshold=1.0, kwargs={}) for name, t in targets.items()})
 
@@ -26,7 +32,7 @@ def _graders(**targets: str):
 def test_a_reward_serves_as_a_grader_through_its_threshold():
     spec = GraderConfig(target="length", threshold=0.5, kwargs={"ideal_length": 4, "unit": "chars"})
     (grader,) = build({"long": spec})
-    assert grader.grade(["abcd", "a" * 40], {}) == [1, 0]
+    assert grader.grade(["abcd", "a" * 40], ["q", "q"], {}) == [1, 0]
 
 
 @pytest.mark.parametrize(
@@ -42,15 +48,15 @@ def test_a_reward_serves_as_a_grader_through_its_threshold():
 def test_a_grader_that_cannot_judge_the_data_fails_naming_it(monkeypatch, targets, columns, prompts, key):
     monkeypatch.syspath_prepend(TESTS)
     with pytest.raises(ConfigError) as caught:
-        check_can_judge(_graders(**targets), columns, prompts)
+        check_can_judge(_graders(**targets), _data(columns, prompts))
     message = str(caught.value)
     assert f"`{key}`" in message and "\n" not in message
 
 
 def test_graders_that_fit_the_data_pass(monkeypatch):
     monkeypatch.syspath_prepend(TESTS)
-    check_can_judge(_graders(accuracy="correctness", format="strict_format"), {"answer": ["2"]}, TAGGED)
-    check_can_judge(_graders(exact="own_task.exact", digits="own_task.digits"), {"answer": ["63"]}, PLAIN)
+    check_can_judge(_graders(accuracy="correctness", format="strict_format"), _data({"answer": ["2"]}, TAGGED))
+    check_can_judge(_graders(exact="own_task.exact", digits="own_task.digits"), _data({"answer": ["63"]}, PLAIN))
 
 
 def _own_task(folder: Path) -> list[str]:

@@ -20,10 +20,9 @@ import pytest
 
 from grpo_lab import interrupts
 from grpo_lab.launch import alive, descendants
-from test_launch import DDP
 from wandb_files import find_runs, read_run
 
-from conftest import FAST, cli_env, load_study, run_cli, trials_if_ready
+from conftest import DDP, FAST, cli_env, load_study, run_cli, trials_if_ready
 
 CLI = [sys.executable, "-m", "grpo_lab"]
 LONG = [*FAST, "max_steps=500"]  # long enough that the signal always lands mid-training

@@ -17,16 +17,7 @@ from grpo_lab.errors import ConfigError
 from grpo_lab.launch import alive, assign_gpus, descendants, visible_gpus
 from wandb_files import find_runs, read_run
 
-from conftest import REPO, cli_env, run_cli, run_prune_sweep
-
-DDP = [
-    "experiment=smoke",
-    "launcher=ddp",
-    "launcher.num_processes=2",
-    "max_steps=2",
-    "eval.before=false",
-    "output.save_model=false",
-]
+from conftest import DDP, REPO, cli_env, run_cli, run_prune_sweep
 
 
 @pytest.mark.parametrize(

@@ -32,8 +32,8 @@ def test_a_minimised_objective_and_equal_values_tie():
 
 def test_an_unfinished_run_with_a_value_is_listed_but_never_leads():
     ranking = from_runs([_run("cut", 0.9, "interrupted"), _run("done", 0.5)], ["maximize"])
-    assert [e.name for e in ranking.entries] == ["cut", "done"]
-    assert ranking.leader.name == "done" and ranking.entries[0].verdict is Verdict.UNRANKED
+    assert [e.name for e in ranking.entries] == ["done", "cut"]  # unranked entries last, whatever their value
+    assert ranking.leader.name == "done" and ranking.entries[-1].verdict is Verdict.UNRANKED
 
 
 def test_nothing_finished_has_no_leader():

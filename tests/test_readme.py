@@ -187,9 +187,9 @@ def test_training_commands_compose_and_validate(command):
 
 @pytest.mark.parametrize("command", _of(Compare))
 def test_compare_commands_parse(command):
-    from grpo_lab.compare.__main__ import _parser
+    from grpo_lab.compare.__main__ import parser
 
-    args = _parser().parse_args(shlex.split(command)[3:])
+    args = parser().parse_args(shlex.split(command)[3:])
     assert args.source
 
 
@@ -279,6 +279,6 @@ def test_docs_commands_compose_and_validate(words):
 
 @pytest.mark.parametrize("words", docs_commands("grpo_lab.compare"))
 def test_docs_compare_commands_parse(words):
-    from grpo_lab.compare.__main__ import _parser
+    from grpo_lab.compare.__main__ import parser
 
-    assert _parser().parse_args(words[3:]).source
+    assert parser().parse_args(words[3:]).source

@@ -25,6 +25,7 @@ from conftest import (
     REPO,
     cli_env,
     load_study,
+    one_line_naming,
     postgres_url,
     run_cli,
     run_prune_sweep,
@@ -63,10 +64,12 @@ def test_search_space_from_override_grammar():
 
 
 def test_search_space_errors():
-    with pytest.raises(ConfigError, match="no search space"):
+    with pytest.raises(ConfigError) as error:
         parse_space({}, ["experiment=smoke"], GROUPS)
-    with pytest.raises(ConfigError, match="log interval needs low > 0"):
+    one_line_naming(error.value, "hydra.sweeper.params")
+    with pytest.raises(ConfigError) as error:
         parse_space({"beta": "tag(log, interval(0.0, 0.1))"}, [], GROUPS)
+    one_line_naming(error.value, "beta", "0.0")
 
 
 # ------------------------------------------------------------------------------ samplers and pruners
@@ -143,12 +146,15 @@ def test_bad_sampler_or_pruner_settings_say_how_to_fix_them():
 
     with pytest.raises(ConfigError, match=r"`hydra/sweeper/pruner=none` \(options: hyperband, median, none"):
         prepare_overrides(["-m", "sweep=lr_beta", "hydra.sweeper.pruner.name=none"])
-    with pytest.raises(ConfigError, match=r"`hydra/sweeper/sampler=random`"):  # a sweep file of an earlier release
+    with pytest.raises(ConfigError) as error:  # a sweep file of an earlier release
         build_sampler({"_target_": "optuna.samplers.TPESampler", "name": "random"}, seed=0)
-    with pytest.raises(ConfigError, match=r"`hydra.sweeper.pruner` \(optuna.pruners.MedianPruner\) cannot be built"):
+    one_line_naming(error.value, "hydra/sweeper/sampler=random")
+    with pytest.raises(ConfigError) as error:
         build_pruner({"_target_": "optuna.pruners.MedianPruner", "n_startup_trial": 1})
-    with pytest.raises(ConfigError, match="needs a `_target_`"):
+    one_line_naming(error.value, "hydra.sweeper.pruner", "optuna.pruners.MedianPruner", "`n_startup_trials`")
+    with pytest.raises(ConfigError) as error:
         build_pruner({"patience": 2})
+    one_line_naming(error.value, "_target_")
 
 
 def test_misspelt_sweep_lists_the_available_ones(tmp_path, model_cache):
@@ -311,8 +317,7 @@ def test_a_trial_without_learning_signal_is_pruned_before_the_pruner_could_compa
     if prune_no_signal:  # the default of the median pruner's file; pruned, not failed, even where the action is stop
         assert trial.state == TrialState.PRUNED and steps == [1, 2, 3]
         why = trial.user_attrs["pruned"]
-        assert why.startswith("pruned at step 3, no learning signal for 3 logs (reward = 0, reward_std = 0"), why
-        assert "every reward is 0" in why
+        one_line_naming(why, "step 3", "reward = 0", "reward_std = 0")  # where, and the values the rule saw
         assert metrics["status"] == "pruned" and metrics["metrics"]["pruned/step"] == 3
         assert metrics["pruned"] == trial.user_attrs["pruned"]
         (path,) = find_runs(history.parent)
@@ -551,8 +556,9 @@ def test_wildcard_expands_over_the_selected_reward_set():
         "reward.weights.length": "interval(0.0, 2.0)",
         "lr": "interval(1e-6, 1e-5)",
     }
-    with pytest.raises(ConfigError, match="not a non-empty mapping"):
+    with pytest.raises(ConfigError) as error:
         expand_wildcards({"nope.*": "interval(0, 1)"}, compose([]))
+    one_line_naming(error.value, "nope.*")
 
 
 def test_a_sweep_that_fails_everywhere_stops_and_names_the_error(tmp_path, model_cache):

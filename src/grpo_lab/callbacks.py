@@ -4,7 +4,7 @@
 - :class:`PeriodicEval` evaluates the held-out set every `eval.every_n_steps` and offers it to the pruner;
 - :class:`HealthWatch` runs the health rules (grpo_lab.health) over each log;
 - :class:`SweepPruning` reports to the sweep's Optuna trial and asks its pruner;
-- :class:`StopSync`, always last, shares the main process's :class:`Outcome` with every process at each log
+- :class:`StopSync`, last of these, shares the main process's :class:`Outcome` with every process at each log
   and stops training there, so that all processes stop at the same step.
 
 Only the main process evaluates, watches and talks to Optuna; the callbacks record *why* on the Outcome and
@@ -23,10 +23,10 @@ from transformers.trainer_callback import ProgressCallback
 from grpo_lab import health
 from grpo_lab.summary import HEADLINES
 
-# The order in which reasons to stop win over one another: a diverged run is never reported as pruned.
 # Shown beside the progress bar: TRL's log key -> a short name.
 BAR_KEYS = {h.key: h.short for h in HEADLINES}
 
+# The order in which reasons to stop win over one another: a diverged run is never reported as pruned.
 _RANK = {"pruned": 1, "stopped": 2, "diverged": 3}
 
 
@@ -122,14 +122,19 @@ class SweepPruning(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:
             return
-        halted = self.outcome.status in ("stopped", "diverged")
+        dead = self._dead_trial()
+        # A health stop ends the run unreported, except a dead trial's no_signal stop: that trial is pruned.
+        halted = self.outcome.status == "diverged" or (self.outcome.status == "stopped" and dead is None)
         if "reward" in logs and not halted and self.reporter.observe_log(state.global_step, logs):
             self.outcome.propose("pruned")
-        if self.watch is None or not self.reporter.no_signal or self.watch.monitor.signal_seen:
-            return
-        dead = next((e for e in self.watch.fired if e.rule == "no_signal"), None)
-        if dead is not None and self.reporter.observe_no_signal(dead.step, dead.message):
+        if dead is not None and (self.reporter.observe_no_signal(dead.step, dead.message) or self.reporter.pruned):
             self.outcome.propose("pruned", replaces_no_signal=True)
+
+    def _dead_trial(self) -> health.Event | None:
+        """This log's no_signal event, when the trial never had a signal and its pruner prunes dead trials."""
+        if self.watch is None or not self.reporter.no_signal or self.watch.monitor.signal_seen:
+            return None
+        return next((e for e in self.watch.fired if e.rule == "no_signal"), None)
 
 
 class StopSync(TrainerCallback):

@@ -140,9 +140,16 @@ def run_hydra(app: Callable[[], Any], args: list[str]) -> None:
     cannot be opened, an output folder that cannot be created) with its own traceback unless
     HYDRA_FULL_ERROR=1, which makes it raise the error to our one-line :func:`report` instead.
     """
+    before = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
     sys.argv = [sys.argv[0], *args]
-    app()
+    try:
+        app()
+    finally:  # the user's own setting again, for a later command in the same process
+        if before is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = before
 
 
 def _redact_argv() -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpo_lab.config import EvalConfig
-from grpo_lab.graders import Grader, item_value
+from grpo_lab.graders import Grader, as_completions, columns, item_value
 from grpo_lab.stats import paired_change, wilson
 
 
@@ -116,8 +116,7 @@ def evaluate(
     when it returns True (the result then holds the items evaluated so far). Samples come back in item order.
     """
     order = list(range(len(dataset))) if order is None else order
-    # Graders get every column but the prompt, per item, as TRL gives rewards the dataset's columns.
-    columns = {c: list(dataset[c]) for c in dataset.column_names if c != "prompt"}
+    data_columns = columns(dataset)
     prompts = list(dataset["prompt"])
     samples: list[dict[str, Any]] = []
     lengths: list[int] = []
@@ -131,7 +130,7 @@ def evaluate(
     )
     for batch in batches:
         items = order[len(samples) : len(samples) + len(batch)]
-        graded = _grade(graders, items, [text for text, _ in batch], columns)
+        graded = _grade(graders, items, [text for text, _ in batch], [prompts[i] for i in items], data_columns)
         samples += graded
         lengths += [n for _, n in batch]
         if watch is not None and watch(graded):
@@ -147,12 +146,13 @@ def evaluate(
 
 
 def _grade(
-    graders: Sequence[Grader], items: list[int], texts: list[str], columns: dict[str, list[Any]]
+    graders: Sequence[Grader], items: list[int], texts: list[str], prompts: list[Any], columns: dict[str, list[Any]]
 ) -> list[dict[str, Any]]:
     """One sample per completion: `item` (its position in the eval set, so that two runs on the same set can be
     compared item by item), its question and answer when the data has them, the completion, each grader's 1/0/None."""
     batch_columns = {c: [values[i] for i in items] for c, values in columns.items()}
-    verdicts = {g.name: g.grade(texts, batch_columns) for g in graders}
+    completions = as_completions(texts, prompts)
+    verdicts = {g.name: g.grade(completions, prompts, batch_columns) for g in graders}
     return [
         {
             "item": item,

@@ -51,9 +51,10 @@ class Grader:
     func: NamedReward
     threshold: float
 
-    def grade(self, completions: list[str], columns: Mapping[str, list[Any]]) -> list[int | None]:
-        """1/0 per completion (score >= threshold), None where the function could not grade it."""
-        scores = self.func(completions=completions, **columns)
+    def grade(self, completions: list[Any], prompts: list[Any], columns: Mapping[str, list[Any]]) -> list[int | None]:
+        """1/0 per completion (score >= threshold), None where the function could not grade it. Called as TRL
+        calls a reward: completions (a conversation's are lists of messages), prompts and the data's columns."""
+        scores = self.func(completions=completions, prompts=prompts, **columns)
         return [None if s is None else int(s >= self.threshold) for s in scores]
 
 
@@ -72,8 +73,21 @@ def item_value(sample: Mapping[str, Any], name: str) -> Any:
     return sample.get(_OLD_ITEM_KEYS.get(name, name))
 
 
-def check_can_judge(graders: Sequence[Grader], columns: Mapping[str, Sequence[Any]], prompts: Sequence[Any]) -> None:
+def columns(dataset: Any) -> dict[str, list[Any]]:
+    """The columns a grader is given, as TRL gives a reward: every column of the data but the prompt."""
+    return {c: list(dataset[c]) for c in dataset.column_names if c != "prompt"}
+
+
+def as_completions(texts: list[str], prompts: list[Any]) -> list[Any]:
+    """Completions in the shape TRL gives rewards: for a conversation prompt, a list holding one assistant message."""
+    return [
+        [{"role": "assistant", "content": t}] if isinstance(p, list) else t for t, p in zip(texts, prompts, strict=True)
+    ]
+
+
+def check_can_judge(graders: Sequence[Grader], dataset: Any) -> None:
     """Raise ConfigError, naming the grader, when one cannot judge this held-out data (see the module docstring)."""
+    prompts, columns_ = dataset["prompt"], columns(dataset)
     asks_for_tags = any(_TAG in _text(p) for p in prompts)
     for grader in graders:
         if grader.name in _RESERVED:
@@ -82,7 +96,7 @@ def check_can_judge(graders: Sequence[Grader], columns: Mapping[str, Sequence[An
                 f"({', '.join(sorted(_RESERVED))}); name the grader otherwise."
             )
         for column in _column_params(grader.func):
-            if not any(v is not None for v in columns.get(column, ())):
+            if not any(v is not None for v in columns_.get(column, ())):
                 raise ConfigError(
                     f"`eval.graders.{grader.name}` ({_path(grader.func)}) grades against the data's `{column}` "
                     f"column, which the held-out data lacks or leaves empty: give the data that column, or grade "

@@ -191,7 +191,7 @@ def _rank(cands: list[_Candidate], directions: list[str], items: Callable[[Any],
     position = {id(c): i for i, c in enumerate(cands)}
 
     def key(c: _Candidate) -> tuple:
-        if c.values is None:
+        if c.values is None or verdicts.get(id(c), (Verdict.UNRANKED,))[0] is Verdict.UNRANKED:
             return (1, 0, 0.0, position[id(c)])
         return (0, groups.get(id(c), 0), signs[0] * c.values[0], position[id(c)])
 

@@ -2,10 +2,11 @@
 
 Stages, in order: set up (resume point, model source check, data, rewards, GRPOConfig: everything that
 can fail from bad input, before W&B or a model) -> track (W&B run, sweep trial) -> load the model ->
-evaluate before -> train (GRPOTrainer, history.jsonl live, periodic evals, pruning) -> save -> evaluate
-after -> record. One :class:`Recorder` keeps the run's metrics and closes it, finished, failed, pruned
-or interrupted: metrics.json (grpo_lab.run_folder) and the tracker's end, in one place. No argv or
-environment reading: the CLI passes everything in, so a test can call this directly.
+evaluate before -> train (GRPOTrainer with grpo_lab.callbacks: history.jsonl live, periodic evals, health,
+pruning, each recording on one Outcome why training stopped early) -> save -> evaluate after -> close. One
+:class:`Recorder` keeps the run's metrics and closes it (finished, failed, pruned, interrupted, or stopped or
+diverged by a health rule): metrics.json (grpo_lab.run_folder) and the tracker's end, in one place. No argv
+or environment reading: the CLI passes everything in, so a test can call this directly.
 
 Ctrl-C or SIGTERM (grpo_lab.interrupts) ends a run as `interrupted`, with the signal and the step reached;
 `resume=<run folder>` continues such a run from its last `trainer/checkpoint-*`, in the same folder and
@@ -151,7 +152,7 @@ def _set_up(cfg: RunConfig, ctx: RunContext) -> _Job:
     reward_funcs = build_rewards(cfg.reward.functions)
     graders = build_graders(cfg.eval.graders)
     if cfg.eval.before or cfg.eval.after or cfg.eval.every_n_steps:
-        check_can_judge(graders, {c: pair.eval[c] for c in pair.eval.column_names}, pair.eval["prompt"])
+        check_can_judge(graders, pair.eval)
     tracker = Tracker(
         cfg.logger,
         run_dir=ctx.run_dir,
@@ -168,8 +169,8 @@ def _set_up(cfg: RunConfig, ctx: RunContext) -> _Job:
 # --------------------------------------------------------------------------------------- recorder
 class Recorder:
     """The run's record: its metrics, logged steps, periodic evaluations and durations, and the one place
-    that ends it (metrics.json, then the tracker's summary and finish) as finished, failed, pruned or
-    interrupted. Only the main process writes; the others keep nothing."""
+    that ends it (metrics.json, then the tracker's summary and finish) as finished, failed, pruned,
+    interrupted, stopped or diverged. Only the main process writes; the others keep nothing."""
 
     def __init__(self, job: _Job, started: float) -> None:
         self.job = job

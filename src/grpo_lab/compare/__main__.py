@@ -18,7 +18,7 @@ from grpo_lab.redact import redact
 _STORAGE_PREFIXES = ("sqlite:", "postgresql", "mysql", "journal:")
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m grpo_lab.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -54,7 +54,7 @@ def _offline_sync(source: Source) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         source = load_source(args)
         board = leaderboard.build(source)

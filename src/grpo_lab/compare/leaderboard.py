@@ -2,11 +2,8 @@
 seeds after a sweep's confirmation runs), with health flags and, for one objective, each run's 95% interval and
 its comparison with the leader (`ci95`, `vs_#1`).
 
-Health flags, read from each run's logged steps (history.jsonl or W&B history):
-    no-signal     reward_std ~ 0 over the last steps: every group scored alike, GRPO has no gradient
-    kl-growing    kl at the end is above 0.5 and 3x its value mid-run: the policy runs away
-    length-jump   mean completion length moved by more than half between consecutive steps (collapse)
-    nan-loss      a NaN or inf loss / grad_norm
+Health flags: the rules of grpo_lab.health (`FLAGS`: nan, kl-high, no-signal, length-jump, clipped) that fired
+in the run, as recorded, or replayed over its logged steps for a run recorded without them.
 """
 
 from __future__ import annotations

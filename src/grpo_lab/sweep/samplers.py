@@ -72,7 +72,26 @@ def _build(kind: str, spec: Mapping[str, Any], **kwargs: Any) -> Any:
             warnings.filterwarnings("ignore", category=ExperimentalWarning)
             return instantiate(spec, **kwargs)
     except InstantiationException as e:  # a typo in the target or in one of its arguments
-        raise ConfigError(f"`hydra.sweeper.{kind}` ({spec['_target_']}) cannot be built: {e}") from None
+        hint = _nearest_argument(spec)
+        detail = " ".join(str(e.__cause__ or e).split())  # Hydra's message spans lines
+        raise ConfigError(f"`hydra.sweeper.{kind}` ({spec['_target_']}) cannot be built: {detail}{hint}") from None
+
+
+def _nearest_argument(spec: dict[str, Any]) -> str:
+    """`. Did you mean `x`?` for the first argument the target does not take, when a close one exists."""
+    import difflib
+    import inspect
+
+    from hydra.utils import get_class
+
+    try:
+        accepted = list(inspect.signature(get_class(spec["_target_"])).parameters)
+    except Exception:  # the target itself is what is wrong: Hydra's message says so
+        return ""
+    for key in spec:
+        if key != "_target_" and key not in accepted and (close := difflib.get_close_matches(key, accepted, n=1)):
+            return f". Did you mean `{close[0]}`?"
+    return ""
 
 
 def renamed(kind: str, name: Any) -> ConfigError:
