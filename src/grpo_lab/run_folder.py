@@ -64,42 +64,29 @@ def _nan_if_none(value: Any) -> float:
     return found if found is not None else float("nan")
 
 
+class _Entry:
+    """A file or folder of a run folder, by name: `RunFolder(p).metrics_file` is `p / "metrics.json"`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, folder: RunFolder | None, owner: type | None = None) -> Any:
+        return self if folder is None else folder.path / self.name
+
+
 @dataclass(frozen=True)
 class RunFolder:
     path: Path
 
     # -------------------------------------------------------------------------------------------- paths
-    @property
-    def config_file(self) -> Path:
-        return self.path / "config.yaml"
-
-    @property
-    def overrides_file(self) -> Path:
-        return self.path / "overrides.yaml"
-
-    @property
-    def environment_file(self) -> Path:
-        return self.path / "environment.json"
-
-    @property
-    def history_file(self) -> Path:
-        return self.path / "history.jsonl"
-
-    @property
-    def metrics_file(self) -> Path:
-        return self.path / "metrics.json"
-
-    @property
-    def summary_file(self) -> Path:
-        return self.path / "summary.txt"
-
-    @property
-    def trainer_dir(self) -> Path:
-        return self.path / "trainer"
-
-    @property
-    def model_dir(self) -> Path:
-        return self.path / "model"
+    config_file = _Entry("config.yaml")
+    overrides_file = _Entry("overrides.yaml")
+    environment_file = _Entry("environment.json")
+    history_file = _Entry("history.jsonl")
+    metrics_file = _Entry("metrics.json")
+    summary_file = _Entry("summary.txt")
+    trainer_dir = _Entry("trainer")
+    model_dir = _Entry("model")
 
     def eval_file(self, name: str) -> Path:
         """eval_before, eval_after (graded completions) or eval_periodic (one row per evaluation)."""
