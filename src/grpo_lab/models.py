@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import fcntl
+import functools
 import importlib.util
 import os
 import re
@@ -47,7 +48,7 @@ SourceKind = Literal["builtin", "package", "local", "hub"]
 
 BUILTIN_PREFIX = "builtin:"
 PACKAGE_PREFIX = "package:"
-BUILTINS: tuple[str, ...] = ("tiny-llama",)
+BUILTINS: tuple[str, ...] = ("tiny-llama", "tiny-llama-vllm")
 
 # What to use instead when the Hub cannot be reached (config presets in conf/model/).
 OFFLINE_HINT = (
@@ -491,7 +492,7 @@ def _tiny_tokenizer() -> PreTrainedTokenizerBase:
     )
 
 
-def _build_tiny_llama(directory: Path) -> None:
+def _build_tiny_llama(directory: Path, heads: int = 4, kv_heads: int = 2) -> None:
     """Build the tiny Llama (seeded, so every cache holds the same weights) and save it into ``directory``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -501,8 +502,8 @@ def _build_tiny_llama(directory: Path) -> None:
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         vocab_size=len(tokenizer),
         max_position_embeddings=1024,
         tie_word_embeddings=True,
@@ -519,7 +520,11 @@ def _build_tiny_llama(directory: Path) -> None:
     tokenizer.save_pretrained(directory)
 
 
-_BUILDERS: dict[str, Callable[[Path], None]] = {"tiny-llama": _build_tiny_llama}
+_BUILDERS: dict[str, Callable[[Path], None]] = {
+    "tiny-llama": _build_tiny_llama,
+    # Head size 32 instead of 16: vLLM's attention kernels take no head size under 32.
+    "tiny-llama-vllm": functools.partial(_build_tiny_llama, heads=2, kv_heads=1),
+}
 
 
 # ------------------------------------------------------------------------------------- LoRA, counts
