@@ -140,6 +140,7 @@ def test_use_vllm_without_vllm_fails_now():
     with pytest.raises(ConfigError) as info:
         check("trainer=grpo_vllm_colocate")
     assert (info.value.key, info.value.kind) == ("trainer.use_vllm", "rule")
+    assert "make vllm" in str(info.value)  # the install command, for a CPU machine as for a GPU one
 
 
 def test_eval_batch_counts_every_process():

@@ -197,7 +197,7 @@ def _eval_batch(run: RunConfig, kwargs: Mapping[str, Any], num_processes: int) -
 
 # GRPOConfig switch -> (package it imports, how to get it).
 _NEEDS = {
-    "use_vllm": ("vllm", "`pip install vllm` (CUDA GPUs only)"),
+    "use_vllm": ("vllm", "`pip install 'vllm==0.31.*'` on a GPU machine, or `make vllm` (vLLM's CPU build)"),
     "use_liger_kernel": ("liger_kernel", "`pip install liger-kernel`"),
 }
 
