@@ -479,6 +479,10 @@ def _train(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, reporter: 
         callbacks=_callbacks(job, recorder, reporter, outcome),
     )
     recorder.trainer = trainer
+    if job.grpo_args.use_vllm:  # vLLM's CPU build needs its in-place reload for TRL's weight sync
+        from grpo_lab.vllm_sync import reload_in_place
+
+        reload_in_place(trainer)
     if not job.grpo_args.disable_tqdm:
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(MetricsProgressBar)
