@@ -17,7 +17,7 @@ from grpo_lab.errors import ConfigError
 from grpo_lab.launch import alive, assign_gpus, descendants, visible_gpus
 from wandb_files import find_runs, read_run
 
-from conftest import DDP, REPO, cli_env, run_cli, run_prune_sweep
+from conftest import DDP, REPO, cli_env, one_line_naming, run_cli, run_prune_sweep
 
 
 @pytest.mark.parametrize(
@@ -41,10 +41,12 @@ def test_four_two_gpu_trials_share_eight_gpus_without_overlap():
 
 
 def test_more_gpus_than_exist_fails_clearly():
-    with pytest.raises(ConfigError, match="gpus_per_job=4` but this machine has 2 GPU"):
+    with pytest.raises(ConfigError) as error:
         assign_gpus(0, 4, visible_gpus("0,1", 8))
-    with pytest.raises(ConfigError, match="has 0 GPU"):
+    one_line_naming(error.value, "launcher.gpus_per_job=4", "2 GPU")  # what was asked, what there is
+    with pytest.raises(ConfigError) as error:
         assign_gpus(0, 1, visible_gpus(None, 0))
+    one_line_naming(error.value, "0 GPU")
 
 
 def test_gpus_per_job_on_a_cpu_machine_fails_before_launching(tmp_path, model_cache):
