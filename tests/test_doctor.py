@@ -139,3 +139,10 @@ def test_memory_estimate_by_hand():
     assert parts["logits"] == 4 * 4 * 50 * 4 * 3  # sequences x completion tokens x vocab x fp32 x 3 copies
     assert footprint.optimizer_state_bytes("adamw_torch", 4) == 8
     assert footprint.optimizer_state_bytes("adamw_bnb_8bit", 4) == 2
+
+
+def test_vllms_cpu_build_needs_avx2_or_better():
+    assert env.cpu_isa_check({"sse4_2", "avx2"}).status == "ok"
+    assert "AVX-512" in env.cpu_isa_check({"avx2", "avx512f"}).detail
+    assert env.cpu_isa_check({"sse4_2"}).status == "fail"
+    assert env.cpu_isa_check(set()).status == "info"  # no /proc/cpuinfo: unknown, not a blocker

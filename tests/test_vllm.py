@@ -45,3 +45,12 @@ def test_colocate_trains_with_the_trained_weights_and_records_vllms_sampling_met
     (wandb_run,) = find_runs(run_dir)
     logged = {key for row in read_run(wandb_run).history for key in row}
     assert {f"train/{key}" for key in SAMPLING} <= logged
+
+
+def test_doctor_reports_vllm_against_trls_range_and_the_cpus_vector_isa(tmp_path, model_cache):
+    args = ["--json", "experiment=smoke", "model=tiny_vllm", "trainer=grpo_vllm_colocate"]
+    proc = run_cli(args, tmp_path, model_cache, timeout=300, module="grpo_lab.doctor")
+    rows = {row["name"]: row for row in json.loads(proc.stdout)["checks"]}
+    assert rows["config"]["status"] == "ok", rows["config"]
+    assert rows["vLLM"]["status"] == "ok" and "0.31.0" in rows["vLLM"]["detail"], rows["vLLM"]
+    assert rows["CPU vector ISA"]["status"] == "ok", rows["CPU vector ISA"]

@@ -42,6 +42,8 @@ def collect(cfg: Any, *, sweeper: Any, cache_dir: Path) -> list[Check]:
     if run is not None:
         rows += environment.hub_checks(_hub_repos(run), timeout=_TIMEOUT)
         rows += _run_checks(run, args, gpus, cache_dir)
+        if args.use_vllm:
+            rows += environment.vllm_checks(on_gpu=bool(gpus))
         mode, logged_in = tracking.choose_mode(run.logger), tracking.wandb_logged_in()
         rows += environment.wandb_checks(mode, logged_in, tracking.wandb_base_url(), timeout=_TIMEOUT)
     if sweeper is not None and "storage" in sweeper:

