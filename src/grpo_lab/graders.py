@@ -17,16 +17,12 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from grpo_lab.config import EVAL_EXTRA_METRICS
+from grpo_lab.config import Grader as GraderConfig
 from grpo_lab.errors import ConfigError
 from grpo_lab.rewards.registry import NamedReward, resolve_target
-
-if TYPE_CHECKING:
-    from grpo_lab.config import Grader as GraderConfig
-
-# Metrics of an evaluation that are not a grader's share of passes.
-EXTRA_METRICS = ("mean_length",)
 
 # The built-in functions that read the <answer>/<reasoning> tags: useless on prompts that never ask for them.
 _READS_TAGS = frozenset(
@@ -39,7 +35,7 @@ _TAG = "<answer>"
 _NOT_COLUMNS = frozenset({"completions", "prompts", "completion_ids", "trainer_state", "log_extra", "log_metric"})
 
 # A graded item's own fields and the evaluation's other metrics: not a grader's name.
-_RESERVED = frozenset({"item", "question", "answer", "completion", *EXTRA_METRICS})
+_RESERVED = frozenset({"item", "question", "answer", "completion", *EVAL_EXTRA_METRICS})
 
 # The per-item key the first evaluations wrote for the math graders (eval_*.jsonl of older run folders).
 _OLD_ITEM_KEYS = {"accuracy": "correct"}

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_lab.compare.sources import RunRecord
-from grpo_lab.graders import EXTRA_METRICS, item_value
+from grpo_lab.config import EVAL_EXTRA_METRICS
+from grpo_lab.graders import item_value
 from grpo_lab.run_folder import RunFolder
 from grpo_lab.stats import wilson
 
@@ -19,7 +20,7 @@ from grpo_lab.stats import wilson
 def item_outcomes(run: RunRecord, metric: str) -> list[tuple[str, bool | None]] | None:
     """(question, 0/1 or None when ungraded) per held-out item of a run folder; None when it has none."""
     prefix, _, grader = metric.partition("/")
-    if prefix != "eval_after" or grader in EXTRA_METRICS or run.run_dir is None:
+    if prefix != "eval_after" or grader in EVAL_EXTRA_METRICS or run.run_dir is None:
         return None
     rows = RunFolder(run.run_dir).read_eval(prefix)
     if not rows or all(item_value(r, grader) is None for r in rows):  # no such grader in this run
