@@ -144,8 +144,9 @@ class RunFolder:
                 text = path.read_text(encoding="utf-8")
             except OSError:
                 continue
-            if redact(text) != text:
-                files.write_atomic(path, redact(text))
+            masked = redact(text)
+            if masked != text:
+                files.write_atomic(path, masked)
 
     def write_summary(self, text: str) -> Path:
         files.write_atomic(self.summary_file, redact(text))
