@@ -9,12 +9,16 @@ import statistics
 import pytest
 from optuna.trial import TrialState
 
+from grpo_lab import config as run_config
 from grpo_lab import reward_check
+from grpo_lab.compare.leaderboard import health
+from grpo_lab.compare.sources import RunRecord
 from grpo_lab.config import HealthConfig
+from grpo_lab.errors import ConfigError
 from grpo_lab.health import Monitor, default_config, replay
 from wandb_files import find_runs, read_run
 
-from conftest import FAST, REPO, load_study, run_cli, write_sweep
+from conftest import FAST, REPO, compose, load_study, one_line_naming, run_cli, write_sweep
 
 INF_REWARD = ["+reward.functions.inf._target_=failing_rewards.inf_reward", "+reward.weights.inf=1.0"]
 
@@ -111,6 +115,81 @@ def test_a_stop_rule_is_the_monitors_stop():
     assert monitor.observe(1, {"kl": 0.01}) == [] and monitor.stop is None
     (event,) = monitor.observe(2, {"kl": 0.5})
     assert monitor.stop is event and event.action == "stop"
+
+
+# TRL's keys when vLLM generates; HF generate runs log neither.
+LOGP_DIFF, IS_RATIO = "sampling/sampling_logp_difference/mean", "sampling/importance_sampling_ratio/mean"
+
+
+def test_vllm_mismatch_needs_patience_resets_on_a_healthy_log_and_says_what_to_check():
+    cfg = default_config()
+    assert (cfg.vllm_mismatch, cfg.logp_diff_max, cfg.is_ratio_min, cfg.is_ratio_max) == ("warn", 0.1, 0.5, 2.0)
+    # Stale vLLM weights (measured: 0.30); 2 logs over the threshold are not yet a trend.
+    assert replay(rows(**{LOGP_DIFF: [0.005, 0.3, 0.3], IS_RATIO: [1.0, 1.0, 1.0]})) == []
+    # A healthy log in between starts the count again: fires at step 6, the 3rd bad log in a row.
+    (event,) = replay(rows(**{LOGP_DIFF: [0.3, 0.3, 0.01, 0.3, 0.3, 0.3, 0.3], IS_RATIO: [1.0] * 7}))
+    assert (event.rule, event.step, event.action, event.flag) == ("vllm_mismatch", 6, "warn", "vllm-mismatch")
+    assert event.values == {LOGP_DIFF: 0.3, IS_RATIO: 1.0}
+    assert f"{LOGP_DIFF} = 0.3" in event.message and "health.logp_diff_max = 0.1" in event.message
+    assert "synced" in event.message and "dtype" in event.message
+    assert "vllm_importance_sampling_correction" in event.message
+    # The importance-sampling ratio leaving its band fires on its own, either way (masked ratios: 0; stale: >2).
+    (low,) = replay(rows(**{LOGP_DIFF: [0.05] * 3, IS_RATIO: [0.2] * 3}))
+    assert (low.rule, low.step) == ("vllm_mismatch", 3) and f"{IS_RATIO} = 0.2" in low.message
+    assert [e.rule for e in replay(rows(**{IS_RATIO: [2.5] * 3}))] == ["vllm_mismatch"]
+    # A synced run: gaps of 0.001-0.02, ratios about 1.
+    assert replay(rows(**{LOGP_DIFF: [0.001, 0.02, 0.015, 0.09], IS_RATIO: [0.99, 1.01, 0.6, 1.9]})) == []
+    # Thresholds and action are the user's; ignore never fires.
+    (strict,) = replay(rows(**{LOGP_DIFF: [0.05] * 3}), config(logp_diff_max=0.04))
+    assert "health.logp_diff_max = 0.04" in strict.message
+    assert replay(rows(**{LOGP_DIFF: [0.05] * 3}), config(logp_diff_max=0.04, vllm_mismatch="ignore")) == []
+    assert replay(rows(**{IS_RATIO: [1.5] * 3}), config(is_ratio_max=1.2))[0].rule == "vllm_mismatch"
+
+
+def test_vllm_mismatch_never_fires_without_its_keys_or_on_nothing_measured():
+    hf_generate = rows(
+        loss=[0.1] * 6, kl=[0.01] * 6, reward=[0.5] * 6, reward_std=[0.3] * 6, frac_reward_zero_std=[0.1] * 6
+    )
+    assert replay(hf_generate) == []
+    assert replay(hf_generate, config(patience=1, logp_diff_max=1e-9, is_ratio_min=0.999, is_ratio_max=1.001)) == []
+    # NaN (vLLM scored no token) and TRL's 0/0 for a step with no completion token: not a mismatch.
+    assert replay(rows(**{LOGP_DIFF: [math.nan] * 3, IS_RATIO: [math.nan] * 3})) == []
+    assert replay(rows(**{LOGP_DIFF: ["nan"] * 3, IS_RATIO: ["nan"] * 3})) == []
+    assert replay(rows(**{LOGP_DIFF: [0.0] * 3, IS_RATIO: [0.0] * 3})) == []
+
+
+def test_vllm_mismatch_stop_ends_training():
+    monitor = Monitor(config(vllm_mismatch="stop", patience=2))
+    assert monitor.observe(1, {LOGP_DIFF: 0.3, IS_RATIO: 1.0}) == [] and monitor.stop is None
+    (event,) = monitor.observe(2, {LOGP_DIFF: 0.31, IS_RATIO: 1.0})
+    assert monitor.stop is event and (event.rule, event.step, event.action) == ("vllm_mismatch", 2, "stop")
+    assert "for 2 logs" in event.message
+    assert monitor.observe(3, {LOGP_DIFF: 0.3, IS_RATIO: 1.0}) == []  # once per run
+
+
+def test_compare_replays_vllm_mismatch_for_a_run_recorded_before_events():
+    history = rows(loss=[0.1] * 4, **{LOGP_DIFF: [0.3] * 4, IS_RATIO: [1.0] * 4})
+    assert health(RunRecord(name="r", state="finished", objective=None, history=history)) == ["vllm-mismatch"]
+    (event,) = replay(history)  # what compare replays, the same event as live
+    assert (event.rule, event.step) == ("vllm_mismatch", 3)
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "health.vllm_mismatch=off",
+        "health.logp_diff_max=0",
+        "health.logp_diff_max=abc",
+        "health.is_ratio_min=1.5",
+        "health.is_ratio_max=0.9",
+    ],
+)
+def test_bad_vllm_mismatch_settings_name_their_key(override):
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError) as info:
+        run_config.load(compose(["experiment=smoke", override]))
+    assert info.value.key == key
+    one_line_naming(info.value, f"`{key}", "must be")
 
 
 # ------------------------------------------------------------------------------------- through the CLI

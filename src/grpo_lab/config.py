@@ -204,6 +204,24 @@ class HealthConfig(_Schema):
     length_ratio: float = Field(gt=1)
     clipped: Action
     clipped_max: float = Field(gt=0, le=1)
+    vllm_mismatch: Action
+    logp_diff_max: float = Field(gt=0)
+    is_ratio_min: float = Field(gt=0, lt=1, description="the healthy band must hold 1")
+    is_ratio_max: float = Field(gt=1, description="the healthy band must hold 1")
+
+
+class VllmServerConfig(_Schema):
+    """A vLLM server for `trainer.vllm_mode=server` (grpo_lab.vllm_server)."""
+
+    # true: the job starts `vllm serve` with its model on a free loopback port and stops it at the end.
+    start: bool
+    port: int | None = Field(ge=1, le=65535)
+    # Seconds to wait for a started server to answer (vLLM compiles and profiles first).
+    startup_timeout: float = Field(gt=0)
+    # Seconds a server the user started may take to answer before the run fails (TRL's own wait: 240 s).
+    connect_timeout: float = Field(gt=0)
+    # More `vllm serve` arguments, e.g. ["--max-model-len", "2048"].
+    args: list[str]
 
 
 class OutputConfig(_Schema):
@@ -239,6 +257,7 @@ class RunConfig(_Schema):
     launcher: LauncherConfig
     health: HealthConfig
     output: OutputConfig
+    vllm_server: VllmServerConfig
     trial: TrialConfig | None
     # A run folder to continue from its last trainer/checkpoint-* (see conf/config.yaml).
     resume: str | None

@@ -1,4 +1,4 @@
-"""Training health: the rules that watch reward, reward_std, KL and completion length, live and after the fact.
+"""Training health: the rules that watch reward, reward_std, KL, completion length and vLLM, live and after the fact.
 
 A GRPO run is worth watching on four numbers, and each has a failure that burns GPU-hours quietly:
 - a NaN/inf loss, grad_norm or reward (diverged: e.g. a reward returning inf turns advantages into NaN);
@@ -6,7 +6,9 @@ A GRPO run is worth watching on four numbers, and each has a failure that burns 
 - no learning signal: `reward_std` ~ 0 or most groups with zero reward spread (every completion of a prompt
   scores the same, so GRPO's advantages and gradient are zero);
 - the mean completion length jumping away from its rolling median (collapse, or rambling);
-- `completions/clipped_ratio` near 1 (completions are cut off at max_completion_length).
+- `completions/clipped_ratio` near 1 (completions are cut off at max_completion_length);
+- with vLLM generating, its log-probs of the sampled tokens far from the trainer's (stale weights: the
+  completions come from another policy than the one trained).
 
 :class:`Monitor` is a state machine over the trainer's log rows: training feeds it live (grpo_lab.train,
 on the main process; a `stop` decision is broadcast to all ranks like pruning), and `compare` replays a
@@ -24,8 +26,18 @@ from typing import Any
 from grpo_lab.config import HealthConfig
 
 # rule -> the short flag compare's `health` column shows
-FLAGS = {"nonfinite": "nan", "kl": "kl-high", "no_signal": "no-signal", "length": "length-jump", "clipped": "clipped"}
+FLAGS = {
+    "nonfinite": "nan",
+    "kl": "kl-high",
+    "no_signal": "no-signal",
+    "length": "length-jump",
+    "clipped": "clipped",
+    "vllm_mismatch": "vllm-mismatch",
+}
 _LENGTH = "completions/mean_length"
+# TRL logs these only when vLLM generates (and vllm_importance_sampling_correction is on, its default).
+_LOGP_DIFF = "sampling/sampling_logp_difference/mean"
+_IS_RATIO = "sampling/importance_sampling_ratio/mean"
 _WINDOW = 10  # logs in the rolling median of the completion length
 
 
@@ -62,7 +74,7 @@ class Monitor:
     def __init__(self, cfg: HealthConfig) -> None:
         self.cfg = cfg
         self.events: list[Event] = []
-        self._streak = {"kl": 0, "no_signal": 0, "clipped": 0}
+        self._streak = {"kl": 0, "no_signal": 0, "clipped": 0, "vllm_mismatch": 0}
         self._lengths: list[float] = []
         # Whether any log so far showed a learning signal (reward spread within groups): a trial that never
         # had one is dead, one whose signal faded for a few logs (e.g. 1 prompt a step, all right) is not.
@@ -105,11 +117,13 @@ class Monitor:
         kl, std = _number(logs.get("kl")), _number(logs.get("reward_std"))
         zero_std, clipped = _number(logs.get("frac_reward_zero_std")), _number(logs.get("completions/clipped_ratio"))
         reward = _number(logs.get("reward"))
+        logp_diff, is_ratio = _number(logs.get(_LOGP_DIFF)), _number(logs.get(_IS_RATIO))
         holds = {
             "kl": kl is not None and kl > c.kl_max,
             "no_signal": (std is not None and std < c.reward_std_min)
             or (zero_std is not None and zero_std > c.frac_zero_std_max),
             "clipped": clipped is not None and clipped >= c.clipped_max,
+            "vllm_mismatch": _vllm_mismatch(logp_diff, is_ratio, c),
         }
         for rule, now in holds.items():
             self._streak[rule] = self._streak[rule] + 1 if now else 0
@@ -142,6 +156,14 @@ class Monitor:
             )
             if "clipped" in due
             else None,
+            self._fire(
+                "vllm_mismatch",
+                step,
+                _vllm_message(logp_diff, is_ratio, c),
+                _present(**{_LOGP_DIFF: logp_diff, _IS_RATIO: is_ratio}),
+            )
+            if "vllm_mismatch" in due
+            else None,
         ]
 
     def _length(self, step: int, logs: dict[str, Any]) -> Event | None:
@@ -163,6 +185,27 @@ class Monitor:
             "`trainer.log_completions=true`); a collapse often follows a too-high `lr`.",
             {_LENGTH: length, "median": median},
         )
+
+
+def _vllm_mismatch(logp_diff: float | None, is_ratio: float | None, cfg: HealthConfig) -> bool:
+    # Comparisons, not `not min <= x <= max`: a NaN (nothing measured) never counts as a mismatch.
+    if logp_diff == 0 and is_ratio == 0:  # TRL logs both as 0 when no completion token was scored
+        return False
+    return (logp_diff is not None and logp_diff > cfg.logp_diff_max) or (
+        is_ratio is not None and (is_ratio < cfg.is_ratio_min or is_ratio > cfg.is_ratio_max)
+    )
+
+
+def _vllm_message(logp_diff: float | None, is_ratio: float | None, cfg: HealthConfig) -> str:
+    seen = ", ".join(f"{k} = {v:.3g}" for k, v in _present(**{_LOGP_DIFF: logp_diff, _IS_RATIO: is_ratio}).items())
+    return (
+        f"vLLM's log-probs of the sampled tokens disagree with the trainer's for {cfg.patience} logs ({seen}; "
+        f"health.logp_diff_max = {cfg.logp_diff_max}, IS ratio band [{cfg.is_ratio_min}, {cfg.is_ratio_max}]): "
+        "the completions come from other weights than the ones trained. Check that vLLM's weights are synced "
+        "to the policy after each step (a stale vLLM model measures ~0.3) and that vLLM and the trainer use the "
+        "same dtype (`model.dtype` against the checkpoint's, which vLLM loads); "
+        "`trainer.vllm_importance_sampling_correction` (TRL's default: on) corrects a small gap, not this one."
+    )
 
 
 def _present(**values: float | None) -> dict[str, float]:
