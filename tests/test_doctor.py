@@ -11,12 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from grpo_lab.doctor import environment as env
 from grpo_lab.doctor import footprint
 
-from conftest import run_cli
+from conftest import compose, run_cli
 
 SMOKE = ["experiment=smoke"]
 
@@ -146,3 +147,212 @@ def test_vllms_cpu_build_needs_avx2_or_better():
     assert "AVX-512" in env.cpu_isa_check({"avx2", "avx512f"}).detail
     assert env.cpu_isa_check({"sse4_2"}).status == "fail"
     assert env.cpu_isa_check(set()).status == "info"  # no /proc/cpuinfo: unknown, not a blocker
+
+
+# -------------------------------------------------- vLLM's share of the memory (no vLLM and no GPU needed)
+# The composed configs are real (`trainer=grpo_vllm_colocate` / `grpo_vllm_server`) and so is TRL's GRPOConfig;
+# grpo_lab's rule that refuses use_vllm where vLLM is not installed is the only step skipped. The GPU is an H100
+# as torch reports it, and host memory is psutil's answer with chosen sizes, so each row's estimate is pinned to
+# the byte: the row passes with exactly that much free and fails with one byte less.
+GiB = 2**30
+PROMPT = 30  # tokens
+H100 = 80 * GiB
+FRAMEWORK = int(0.6 * GiB)  # footprint's allowance for a process
+
+
+def _run(*overrides: str):
+    from grpo_lab import config as config_mod
+    from grpo_lab import trl_checks
+
+    run = config_mod.load(compose(["experiment=smoke", "model=tiny_vllm", *overrides]))
+    return run, trl_checks._grpo_config(run, run.launcher.num_processes)
+
+
+def _shape(run, cache: Path) -> footprint.Shape:
+    from grpo_lab import models
+
+    return footprint.model_shape(models.architecture(run.model, cache), dtype=run.model.dtype, lora=run.model.lora)
+
+
+def _training(args, shape: footprint.Shape, *, vllm: bool) -> int:
+    """One training process's terms for the smoke config (fp32, AdamW, a reference model), as the doctor adds them."""
+    batch = footprint.Batch(
+        generation=args.generation_batch_size,
+        train=args.per_device_train_batch_size,
+        prompt_tokens=PROMPT,
+        completion_tokens=args.max_completion_length,
+        activation_bytes=4,
+        gradient_checkpointing=False,
+        reference_model=True,
+        optimizer_state_bytes=8,
+        vllm_generates=vllm,
+    )
+    return sum(footprint.memory(shape, batch).values())
+
+
+def _on_gpu(run, args, shape, free: int):
+    from grpo_lab import doctor
+
+    gpu = env.Gpu(0, "NVIDIA H100 80GB HBM3", (9, 0), total_bytes=H100, free_bytes=free, bf16=True)
+    return doctor._memory_check(run, args, shape, PROMPT, [gpu])
+
+
+def _on_host(monkeypatch, run, args, shape, *, total: int, available: int):
+    import psutil
+
+    from grpo_lab import doctor
+
+    memory = type("svmem", (), {"total": total, "available": available})
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: memory)
+    return doctor._memory_check(run, args, shape, PROMPT, [])
+
+
+def _pinned(row_for, need: int):
+    """The row for exactly `need` bytes free (a warning: within 20%), after checking one byte less fails."""
+    short = row_for(need - 1)
+    assert short.status == "fail", short
+    row = row_for(need)
+    assert row.status == "warn", row
+    return short, row
+
+
+def test_vllms_share_by_hand():
+    shape = footprint.Shape(
+        params=1000, trainable=1000, layers=2, hidden=10, kv_width=4, vocab=50, param_bytes=4, file_bytes=4
+    )
+    batch = footprint.Batch(8, 4, 6, 4, 4, False, True, 8, vllm_generates=True)
+    training = footprint.memory(shape, batch)
+    assert training["KV cache"] == 0  # vLLM samples: the training process holds no KV cache
+    assert training["weights"] == training["reference model"] == 4000 and training["framework"] == FRAMEWORK
+    colocate, server = footprint.Vllm(colocate=True, utilization=0.3), footprint.Vllm(colocate=False, utilization=0.3)
+    # GPU, colocated: 30% of an 80 GiB GPU (24 GiB), whatever the model; a server: nothing on the training GPU
+    assert footprint.vllm_gpu(colocate, H100) == 24 * GiB
+    assert footprint.vllm_gpu(server, H100) == 0
+    trained = sum(training.values())
+    assert footprint.peak(training, {"vLLM": 24 * GiB}) == trained + 24 * GiB
+    # sleep mode: generation holds vLLM beside everything but the activations and logits (the training step's)
+    resident = trained - training["activations"] - training["logits"]
+    assert footprint.peak(training, {"vLLM": 24 * GiB}, sleep=True) == resident + 24 * GiB
+    assert footprint.peak(training, {"vLLM": 1}, sleep=True) == trained  # then the training step is the peak
+    # CPU: VLLM_CPU_KVCACHE_SPACE is whole GiB; a 16-bit copy of the weights, split over tensor-parallel ranks
+    assert footprint.cpu_kv_space("3") == 3 * GiB
+    assert footprint.cpu_kv_space(None) is footprint.cpu_kv_space("") is None
+    for bad in ("1.5", "4GiB"):
+        with pytest.raises(ValueError):
+            footprint.cpu_kv_space(bad)
+    kw = {"host_total": 10 * GiB, "kv_space": 3 * GiB}
+    assert footprint.vllm_cpu(shape, training, colocate, **kw) == {"vLLM weights": 2000, "vLLM KV cache": 3 * GiB}
+    two = footprint.Vllm(colocate=True, utilization=0.3, tensor_parallel=2)
+    assert footprint.vllm_cpu(shape, training, two, **kw)["vLLM weights"] == 1000
+    # vLLM's own rule: 50% of 10 GiB, less the process's RSS when vLLM starts in it (framework, weights, reference
+    # model, vLLM's weights); a server's RSS is its own framework and weights, so it takes the 5 GiB in all
+    half = footprint.Vllm(colocate=True, utilization=0.5)
+    auto = footprint.vllm_cpu(shape, training, half, host_total=10 * GiB, kv_space=None)
+    assert auto == {"vLLM weights": 2000, "vLLM KV cache": 5 * GiB - (FRAMEWORK + 4000 + 4000 + 2000)}
+    served = footprint.vllm_cpu(shape, training, footprint.Vllm(False, 0.5), host_total=10 * GiB, kv_space=None)
+    assert served == {"vLLM framework": FRAMEWORK, "vLLM weights": 2000, "vLLM KV cache": 5 * GiB - FRAMEWORK - 2000}
+
+
+def test_memory_row_without_vllm_is_unchanged_on_a_gpu(model_cache):
+    run, args = _run()
+    assert not args.use_vllm
+    shape = _shape(run, model_cache)
+    kv = args.generation_batch_size * (PROMPT + args.max_completion_length) * shape.layers * 2 * shape.kv_width * 4
+    need = _training(args, shape, vllm=False)
+    assert need == _training(args, shape, vllm=True) + kv  # HF generate's KV cache is in the training process
+    short, row = _pinned(lambda free: _on_gpu(run, args, shape, free), need)
+    assert "vLLM" not in row.detail and "KV cache" in row.detail
+    assert short.fix.startswith("lower trainer.per_device_train_batch_size")
+
+
+def test_memory_row_adds_vllms_slice_of_each_gpu_when_colocated(model_cache):
+    from grpo_lab import doctor
+
+    run, args = _run("trainer=grpo_vllm_colocate")
+    assert (args.use_vllm, args.vllm_mode, args.vllm_gpu_memory_utilization) == (True, "colocate", 0.3)
+    shape = _shape(run, model_cache)
+    need = _training(args, shape, vllm=True) + 24 * GiB  # 30% of the H100's 80 GiB
+    short, row = _pinned(lambda free: _on_gpu(run, args, shape, free), need)
+    assert "vLLM 24 GiB: trainer.vllm_gpu_memory_utilization=0.3 x the GPU's 80 GiB" in row.detail
+    assert "KV cache" not in row.detail.split("; vLLM")[0]  # the training process samples nothing itself
+    assert short.fix.startswith("lower trainer.vllm_gpu_memory_utilization (vLLM's 24 GiB)")
+    # two GPUs: the one with less room decides
+    h100 = env.Gpu(0, "NVIDIA H100 80GB HBM3", (9, 0), total_bytes=H100, free_bytes=need, bf16=True)
+    fuller = env.Gpu(1, "NVIDIA H100 80GB HBM3", (9, 0), total_bytes=H100, free_bytes=need - 1, bf16=True)
+    assert doctor._memory_check(run, args, shape, PROMPT, [h100, fuller]).status == "fail"
+    assert doctor._memory_check(run, args, shape, PROMPT, [h100, h100]).status == "warn"
+    # the knob moves the estimate: 10% of the GPU (8 GiB)
+    run, args = _run("trainer=grpo_vllm_colocate", "trainer.vllm_gpu_memory_utilization=0.1")
+    _pinned(lambda free: _on_gpu(run, args, shape, free), need - 24 * GiB + 8 * GiB)
+    # sleep mode: vLLM's slice is freed while training steps, so it only sits beside what stays resident
+    run, args = _run("trainer=grpo_vllm_colocate", "+trainer.vllm_enable_sleep_mode=true")
+    parts = footprint.memory(
+        shape, footprint.Batch(8, 8, PROMPT, args.max_completion_length, 4, False, True, 8, vllm_generates=True)
+    )
+    resident = sum(parts.values()) - parts["activations"] - parts["logits"]
+    _pinned(lambda free: _on_gpu(run, args, shape, free), resident + 24 * GiB)
+
+
+def test_memory_row_adds_nothing_to_the_training_gpus_for_a_vllm_server(model_cache):
+    run, args = _run("trainer=grpo_vllm_server")
+    assert (args.use_vllm, args.vllm_mode) == (True, "server")
+    shape = _shape(run, model_cache)
+    _, row = _pinned(lambda free: _on_gpu(run, args, shape, free), _training(args, shape, vllm=True))
+    assert "vLLM server: on its own GPUs, nothing on the training ones" in row.detail
+
+
+def test_memory_row_counts_vllms_cpu_build_in_host_memory(monkeypatch, model_cache):
+    # two processes, each with its own vLLM: a 16-bit copy of the weights and the KV cache VLLM_CPU_KVCACHE_SPACE says
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
+    run, args = _run("trainer=grpo_vllm_colocate", "launcher=ddp", "launcher.num_processes=2")
+    shape = _shape(run, model_cache)
+    need = 2 * (_training(args, shape, vllm=True) + shape.params * 2 + 3 * GiB)
+    short, row = _pinned(lambda free: _on_host(monkeypatch, run, args, shape, total=64 * GiB, available=free), need)
+    assert "vLLM in each process: weights 209 KiB, KV cache 3.00 GiB (VLLM_CPU_KVCACHE_SPACE=3)" in row.detail
+    assert "2 process(es)" in row.detail
+    assert short.fix.startswith("lower VLLM_CPU_KVCACHE_SPACE")
+
+
+def test_memory_row_follows_vllms_own_kv_cache_rule_on_the_cpu(monkeypatch, model_cache):
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    run, args = _run("trainer=grpo_vllm_colocate")
+    shape = _shape(run, model_cache)
+    training = _training(args, shape, vllm=True)
+    # 30% of 20 GiB (6 GiB) for vLLM's process, less what it holds when vLLM starts: framework, weights,
+    # reference model and vLLM's copy; so the process ends at 6 GiB plus what training adds after
+    held = FRAMEWORK + 2 * shape.params * 4 + shape.params * 2
+    need = training + shape.params * 2 + (6 * GiB - held)
+    assert need == 6 * GiB + training - FRAMEWORK - 2 * shape.params * 4
+    short, row = _pinned(lambda free: _on_host(monkeypatch, run, args, shape, total=20 * GiB, available=free), need)
+    assert (
+        "(VLLM_CPU_KVCACHE_SPACE unset, so vLLM's own rule: trainer.vllm_gpu_memory_utilization=0.3 x 20 GiB"
+        in row.detail
+    )
+    assert short.fix.startswith("set VLLM_CPU_KVCACHE_SPACE=<GiB> or lower trainer.vllm_gpu_memory_utilization")
+    # 30% of 2 GiB is less than the process already holds: vLLM refuses to start, whatever memory is free
+    small = _on_host(monkeypatch, run, args, shape, total=2 * GiB, available=2 * GiB)
+    assert small.status == "fail" and "vLLM's CPU build would refuse to start" in small.detail, small
+    assert "raise trainer.vllm_gpu_memory_utilization" in small.fix
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1.5")  # vLLM's int() refuses it
+    bad = _on_host(monkeypatch, run, args, shape, total=20 * GiB, available=20 * GiB)
+    assert bad.status == "fail" and "VLLM_CPU_KVCACHE_SPACE='1.5' is not a whole number of GiB" in bad.detail
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "0")  # no KV cache at all: vLLM stops at start-up
+    none = _on_host(monkeypatch, run, args, shape, total=20 * GiB, available=20 * GiB)
+    assert none.status == "fail" and "No available memory for the cache blocks" in none.detail
+
+
+def test_memory_row_counts_a_vllm_server_on_this_host_once(monkeypatch, model_cache):
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "2")
+    run, args = _run("trainer=grpo_vllm_server", "launcher=ddp", "launcher.num_processes=2")
+    shape = _shape(run, model_cache)
+    training = _training(args, shape, vllm=True)
+    # TRL's default host 0.0.0.0 is this machine: the server's process (framework, weights, 2 GiB KV cache), once
+    need = 2 * training + FRAMEWORK + shape.params * 2 + 2 * GiB
+    _, row = _pinned(lambda free: _on_host(monkeypatch, run, args, shape, total=64 * GiB, available=free), need)
+    assert "vLLM server on this host (0.0.0.0), same memory, counted once" in row.detail
+    # a server on another machine takes none of this one's memory
+    run, args = _run(
+        "trainer=grpo_vllm_server", "launcher=ddp", "launcher.num_processes=2", "+trainer.vllm_server_host=10.1.2.3"
+    )
+    _, row = _pinned(lambda free: _on_host(monkeypatch, run, args, shape, total=64 * GiB, available=free), 2 * training)
+    assert "vLLM server at 10.1.2.3: its memory is that machine's" in row.detail

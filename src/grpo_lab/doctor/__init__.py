@@ -8,11 +8,15 @@ run will take) and here (what the config asks for).
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import math
 import os
 import shutil
+import socket
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from grpo_lab import config as config_mod
 from grpo_lab.doctor import environment, footprint
@@ -133,6 +137,7 @@ def _data_check(run: Any) -> tuple[Check, int]:
 
 
 def _memory_check(run: Any, args: Any, shape: footprint.Shape, prompt_tokens: int, gpus: list[Any]) -> Check:
+    vllm = _vllm(args)
     batch = footprint.Batch(
         generation=args.generation_batch_size or args.per_device_train_batch_size * (args.steps_per_generation or 1),
         train=args.per_device_train_batch_size,
@@ -142,28 +147,158 @@ def _memory_check(run: Any, args: Any, shape: footprint.Shape, prompt_tokens: in
         gradient_checkpointing=bool(args.gradient_checkpointing),
         reference_model=run.beta > 0 and not run.model.lora.enabled,
         optimizer_state_bytes=footprint.optimizer_state_bytes(str(args.optim), shape.param_bytes),
+        vllm_generates=vllm is not None,
     )
     parts = footprint.memory(shape, batch)
-    need = sum(parts.values())
-    shown = ", ".join(f"{k} {footprint.size(v)}" for k, v in parts.items() if v)
     procs = run.launcher.num_processes
+    fix = "lower trainer.per_device_train_batch_size or max_completion_length, or model.lora.enabled=true"
     if gpus:
-        free, where = min(g.free_bytes for g in gpus), f"free on the fullest GPU ({len(gpus)} visible), per process"
         if procs > len(gpus):
             return Check(
                 "memory", "fail", f"launcher.num_processes={procs} but {len(gpus)} GPU(s) visible", "fewer processes"
             )
-    else:
-        import psutil
+        return _gpu_memory(parts, vllm, gpus, fix)
+    return _host_memory(shape, parts, vllm, args, procs, fix)
 
-        free, need, where = (
-            psutil.virtual_memory().available,
-            need * procs,
-            f"host memory available, {procs} process(es)",
+
+def _vllm(args: Any) -> footprint.Vllm | None:
+    if not args.use_vllm:
+        return None
+    return footprint.Vllm(
+        colocate=args.vllm_mode == "colocate",
+        utilization=float(args.vllm_gpu_memory_utilization),
+        tensor_parallel=int(args.vllm_tensor_parallel_size or 1),
+        sleep=bool(args.vllm_enable_sleep_mode),
+    )
+
+
+def _terms(parts: dict[str, int], prefix: str = "") -> str:
+    return ", ".join(f"{k.removeprefix(prefix)} {footprint.size(v)}" for k, v in parts.items() if v)
+
+
+def _gpu_memory(parts: dict[str, int], vllm: footprint.Vllm | None, gpus: list[Any], fix: str) -> Check:
+    """Per process, against one GPU's free memory: the fullest, or with vLLM colocated the one with least room."""
+    need, free = sum(parts.values()), min(g.free_bytes for g in gpus)
+    where, shown = f"free on the fullest GPU ({len(gpus)} visible), per process", _terms(parts)
+    if vllm is not None and not vllm.colocate:
+        shown += "; vLLM server: on its own GPUs, nothing on the training ones"
+    elif vllm is not None:
+        gpu = min(gpus, key=lambda g: g.free_bytes - footprint.vllm_gpu(vllm, g.total_bytes))
+        share = footprint.vllm_gpu(vllm, gpu.total_bytes)
+        need, free = footprint.peak(parts, {"vLLM": share}, sleep=vllm.sleep), gpu.free_bytes
+        where = f"free on the GPU with the least room ({len(gpus)} visible), per process"
+        shown += (
+            f"; vLLM {footprint.size(share)}: trainer.vllm_gpu_memory_utilization={vllm.utilization:g} x the GPU's "
+            f"{footprint.size(gpu.total_bytes)}, its weights copy and KV cache inside"
         )
+        if vllm.sleep:
+            shown += (
+                ", freed while training steps (vllm_enable_sleep_mode): counted beside all but activations and logits"
+            )
+        fix = f"lower trainer.vllm_gpu_memory_utilization (vLLM's {footprint.size(share)}), " + fix
     detail = f"needs ≈{footprint.size(need)} of {footprint.size(free)} {where} ({shown}; an estimate)"
-    fix = "lower trainer.per_device_train_batch_size or max_completion_length, or model.lora.enabled=true"
     return _budget("memory", need, free, detail, fix)
+
+
+def _host_memory(
+    shape: footprint.Shape, parts: dict[str, int], vllm: footprint.Vllm | None, args: Any, procs: int, fix: str
+) -> Check:
+    """Every training process together, plus vLLM's CPU build (in each process, or once as a server on this
+    host), against the host memory available."""
+    import psutil
+
+    host = psutil.virtual_memory()
+    need, shown = sum(parts.values()) * procs, _terms(parts)
+    server = None if vllm is None or vllm.colocate else _server_host(args)
+    if server is not None and not _on_this_host(server):
+        shown += f"; vLLM server at {server}: its memory is that machine's"
+    elif vllm is not None:
+        found = _vllm_on_host(shape, parts, vllm, host.total)
+        if isinstance(found, Check):
+            return found
+        vparts, how, lower = found
+        if vllm.colocate:
+            need += procs * sum(vparts.values())
+            shown += f"; vLLM in each process: {_terms(vparts, 'vLLM ')} ({how})"
+            if vllm.sleep:
+                shown += "; vllm_enable_sleep_mode does nothing on vLLM's CPU build"
+        else:
+            need += sum(vparts.values())
+            shown += (
+                f"; vLLM server on this host ({server}), same memory, counted once: {_terms(vparts, 'vLLM ')} "
+                f"({how}; if it is already running, this counts it twice)"
+            )
+        fix = f"{lower}, or " + fix
+    where = f"host memory available, {procs} process(es)"
+    detail = f"needs ≈{footprint.size(need)} of {footprint.size(host.available)} {where} ({shown}; an estimate)"
+    return _budget("memory", need, host.available, detail, fix)
+
+
+def _vllm_on_host(
+    shape: footprint.Shape, parts: dict[str, int], vllm: footprint.Vllm, host_total: int
+) -> tuple[dict[str, int], str, str] | Check:
+    """vLLM's CPU build's terms, where its KV cache size comes from and how to lower it; or the row saying
+    why vLLM would not start."""
+    env = footprint.VLLM_CPU_KV_ENV
+    value = os.environ.get(env)
+    try:
+        kv_space = footprint.cpu_kv_space(value)
+    except ValueError:
+        return Check(
+            "memory",
+            "fail",
+            f"{env}={value!r} is not a whole number of GiB: vLLM's CPU build stops at start-up (ValueError)",
+            f"{env}=<GiB> (vLLM's KV cache), e.g. {env}=4, or unset it",
+        )
+    if vllm.colocate:
+        knob, used = "trainer.vllm_gpu_memory_utilization", vllm
+    else:  # the server's own flag, not in this config: trl vllm-serve's default
+        knob = "the server's --gpu_memory_utilization"
+        used = footprint.Vllm(colocate=False, utilization=footprint.TRL_SERVE_UTILIZATION)
+    vparts = footprint.vllm_cpu(shape, parts, used, host_total=host_total, kv_space=kv_space)
+    kv = vparts["vLLM KV cache"]
+    if kv_space is not None:
+        if kv <= 0:
+            return Check(
+                "memory",
+                "fail",
+                f"{env}={value} leaves vLLM no KV cache: it stops with 'No available memory for the cache blocks'",
+                f"{env}=<GiB>, e.g. {env}=4, or unset it",
+            )
+        return vparts, f"{env}={value}", f"lower {env} (vLLM's KV cache, GiB)"
+    asked = math.ceil(host_total * used.utilization)
+    default = "" if vllm.colocate else " (trl vllm-serve's default)"
+    rule = f"{knob}={used.utilization:g}{default} x {footprint.size(host_total)} host memory = {footprint.size(asked)}"
+    if kv <= 0:
+        return Check(
+            "memory",
+            "fail",
+            f"vLLM's CPU build would refuse to start: with {env} unset, its KV cache is {rule}, less the "
+            f"{footprint.size(asked - kv)} its process holds by then (weights and framework): nothing left",
+            f"set {env}=<GiB> (vLLM's KV cache on the CPU), or raise {knob}",
+        )
+    return (
+        vparts,
+        f"{env} unset, so vLLM's own rule: {rule}, less its process's RSS",
+        f"set {env}=<GiB> or lower {knob}",
+    )
+
+
+def _server_host(args: Any) -> str:
+    if args.vllm_server_base_url:
+        return urlsplit(args.vllm_server_base_url).hostname or args.vllm_server_base_url
+    return str(args.vllm_server_host)
+
+
+def _on_this_host(host: str) -> bool:
+    """Loopback, 0.0.0.0 (TRL's default: this machine) or this machine's name."""
+    if host in ("localhost", socket.gethostname()):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
 
 
 def _disk_check(run: Any, args: Any, shape: footprint.Shape, cache_dir: Path) -> Check:

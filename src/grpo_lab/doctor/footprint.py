@@ -11,6 +11,23 @@ is exact; the memory terms are the usual first-order ones and are labelled estim
   (Korthikanti et al., 2022), or one per layer with gradient checkpointing;
 - the completion logits over the vocabulary in fp32 (logits, log-softmax, their gradient);
 - a fixed allowance for the framework itself (CUDA context, or the Python process on a CPU).
+
+When vLLM generates (`trainer.use_vllm=true`), the training process samples nothing itself (no KV cache term)
+and vLLM's own memory is counted apart (`Vllm`, `vllm_gpu`, `vllm_cpu`, `peak`), from the rules of vLLM 0.31
+as TRL 1.16 starts it (`LLM(gpu_memory_utilization=vllm_gpu_memory_utilization, ...)`, dtype left to vLLM):
+
+- on a GPU, colocated: vLLM reserves `ceil(vllm_gpu_memory_utilization x the GPU's total memory)` on each
+  training GPU (its weights copy and KV cache live inside that slice), on top of the training footprint
+  (vllm/v1/worker/utils.py, request_memory); with `vllm_enable_sleep_mode` that slice is freed while training
+  steps, so it only has to fit beside what stays resident (weights, reference model, gradients, optimizer);
+- on a GPU, as a server (`vllm_mode=server`): on its own GPUs, nothing on the training ones;
+- on vLLM's CPU build, in host memory: a second copy of the weights (16-bit: vLLM's dtype "auto" downcasts
+  float32 checkpoints to bfloat16), split over tensor-parallel ranks, and a KV cache of
+  `VLLM_CPU_KVCACHE_SPACE` GiB when that variable is set (vllm/platforms/cpu.py). Unset or empty, vLLM sizes
+  it itself: `ceil(gpu_memory_utilization x the memory node's total) - the process's RSS` when vLLM starts
+  (vllm/v1/worker/cpu_worker.py; <= 0 and vLLM refuses to start). Colocated, vLLM lives in each training
+  process, whose RSS then holds the framework, the weights, the reference model and vLLM's weights; a server
+  on the same host is one more process on the same memory. Sleep mode does nothing on the CPU build.
 """
 
 from __future__ import annotations
@@ -24,6 +41,9 @@ _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 _FRAMEWORK = int(0.6 * GiB)  # measured: a bare TRL process on the CPU peaks at ~530 MiB with a tiny model
 _ACTIVATION_BYTES_PER_HIDDEN = 34  # per token, layer and hidden unit at 16 bits (Korthikanti et al.)
 _LOGIT_COPIES = 3  # logits, their log-softmax and the gradient flowing back, fp32
+_VLLM_WEIGHT_BYTES = 2  # vLLM's dtype "auto": the checkpoint's 16-bit dtype, float32 downcast to bfloat16
+VLLM_CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"  # vLLM's CPU build: its KV cache in GiB (an integer)
+TRL_SERVE_UTILIZATION = 0.9  # `trl vllm-serve --gpu_memory_utilization`'s default (not in the run's config)
 
 
 @dataclass(frozen=True)
@@ -48,6 +68,17 @@ class Batch:
     gradient_checkpointing: bool
     reference_model: bool
     optimizer_state_bytes: int  # per trainable parameter, both moments together
+    vllm_generates: bool = False  # vLLM samples the completions: no KV cache in the training process
+
+
+@dataclass(frozen=True)
+class Vllm:
+    """How a run generates with vLLM: TRL's GRPOConfig `vllm_*` fields."""
+
+    colocate: bool  # vllm_mode=colocate: inside each training process; else a separate server
+    utilization: float  # the fraction of the device's memory vLLM takes (vllm_gpu_memory_utilization)
+    tensor_parallel: int = 1  # vllm_tensor_parallel_size (colocated: the weights are split over its ranks)
+    sleep: bool = False  # vllm_enable_sleep_mode: weights and KV cache freed while training steps (GPU only)
 
 
 def dtype_bytes(name: Any, default: int = 4) -> int:
@@ -111,11 +142,53 @@ def memory(shape: Shape, batch: Batch) -> dict[str, int]:
         "reference model": weights if batch.reference_model else 0,
         "gradients": shape.trainable * shape.param_bytes,
         "optimizer": shape.trainable * batch.optimizer_state_bytes,
-        "KV cache": batch.generation * tokens * shape.layers * 2 * shape.kv_width * act,
+        "KV cache": 0 if batch.vllm_generates else batch.generation * tokens * shape.layers * 2 * shape.kv_width * act,
         "activations": int(activations),
         "logits": batch.train * batch.completion_tokens * shape.vocab * 4 * _LOGIT_COPIES,
         "framework": _FRAMEWORK,
     }
+
+
+def vllm_gpu(vllm: Vllm, gpu_total: int) -> int:
+    """vLLM's share of one training GPU: colocated, its slice of the GPU's memory; a server, nothing."""
+    return math.ceil(gpu_total * vllm.utilization) if vllm.colocate else 0
+
+
+def cpu_kv_space(value: str | None) -> int | None:
+    """`VLLM_CPU_KVCACHE_SPACE` in bytes, None when unset or empty (vLLM then sizes the KV cache itself).
+
+    Raises ValueError for what vLLM's own `int(...)` refuses (it stops at start-up the same way)."""
+    if value is None or value == "":
+        return None
+    return int(value) * GiB
+
+
+def vllm_cpu(
+    shape: Shape, training: dict[str, int], vllm: Vllm, *, host_total: int, kv_space: int | None
+) -> dict[str, int]:
+    """vLLM's CPU build in host memory, term by term: per training process when colocated, once for a server.
+
+    `training`: memory()'s terms; `host_total`: the memory node's total bytes; `kv_space`: cpu_kv_space().
+    The KV cache term is <= 0 when vLLM's own sizing leaves nothing (it then refuses to start)."""
+    weights = math.ceil(shape.params * _VLLM_WEIGHT_BYTES / max(1, vllm.tensor_parallel))
+    if vllm.colocate:  # the training process's RSS when TRL starts vLLM in it (no optimizer yet)
+        parts = {"vLLM weights": weights}
+        held = training["framework"] + training["weights"] + training["reference model"] + weights
+    else:  # its own process
+        parts = {"vLLM framework": _FRAMEWORK, "vLLM weights": weights}
+        held = _FRAMEWORK + weights
+    auto = math.ceil(host_total * vllm.utilization) - held
+    parts["vLLM KV cache"] = kv_space if kv_space is not None else auto
+    return parts
+
+
+def peak(training: dict[str, int], vllm_parts: dict[str, int], *, sleep: bool = False) -> int:
+    """Bytes at the peak: both together, or with sleep mode (on a GPU) the larger of the training step
+    (vLLM asleep) and generation (vLLM awake beside the weights, reference model, gradients and optimizer)."""
+    train, both = sum(training.values()), sum(training.values()) + sum(vllm_parts.values())
+    if not sleep:
+        return both
+    return max(train, both - training["activations"] - training["logits"])
 
 
 def optimizer_state_bytes(optim: str, param_bytes: int) -> int:
