@@ -149,6 +149,25 @@ def run_prune_sweep(cwd: Path, cache: Path, *extra: str) -> list:
     return load_study(cwd, "prune").trials
 
 
+def error_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    """The one error line of a failed command: non-zero exit, no traceback, the message on a single line."""
+    assert proc.returncode != 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
+    # "Error: ..." ends a command outside a job (storage, output folder, a sweep); a single run's job logs
+    # "ERROR grpo_lab: ..." and stops there.
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+    lines = lines or [line for line in proc.stderr.splitlines() if line.startswith("ERROR ")]
+    assert len(lines) == 1, proc.stderr[-4000:]
+    # The message is not continued on further lines (a driver's "\n\tIs the server running?", SQLAlchemy's
+    # "(Background on this error at: ...)").
+    after = proc.stderr.split(lines[0], 1)[1].splitlines()[1:2]
+    assert not (after and after[0][:1] in ("\t", " ", "(")), proc.stderr[-4000:]
+    assert "(Background on this error" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
 def one_line_naming(error_or_text: BaseException | str, *names: str) -> str:
     """Assert an error (or a CLI's message) is one line that carries every name literally: the config key,
     file:line, value or nearest valid name the user needs to act. Not its prose, which may be reworded.

@@ -16,29 +16,10 @@ from grpo_lab import config
 from grpo_lab import data as data_mod
 from grpo_lab.errors import DataError, describe
 
-from conftest import FAST, REPO, compose, load_study, one_line_naming, postgres_url, run_cli, skip_here
+from conftest import FAST, REPO, compose, error_line, load_study, one_line_naming, postgres_url, run_cli, skip_here
 
 TESTS = str(REPO / "tests")
 SMOKE_SWEEP = ["-m", "sweep=lr_beta", *FAST, "hydra.sweeper.n_trials=1"]
-
-
-def error_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    """The one error line of a failed command: non-zero exit, no traceback, the message on a single line."""
-    assert proc.returncode != 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
-    # "Error: ..." ends a command outside a job (storage, output folder, a sweep); a single run's job logs
-    # "ERROR grpo_lab: ..." and stops there.
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
-    lines = lines or [line for line in proc.stderr.splitlines() if line.startswith("ERROR ")]
-    assert len(lines) == 1, proc.stderr[-4000:]
-    # The message is not continued on further lines (a driver's "\n\tIs the server running?", SQLAlchemy's
-    # "(Background on this error at: ...)").
-    after = proc.stderr.split(lines[0], 1)[1].splitlines()[1:2]
-    assert not (after and after[0][:1] in ("\t", " ", "(")), proc.stderr[-4000:]
-    assert "(Background on this error" not in proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 @contextlib.contextmanager

@@ -395,6 +395,21 @@ def prepare(cfg: ModelConfig, cache_dir: Path | str) -> None:
         load_model_and_tokenizer(cfg, cache_dir)  # converts on first use; cheap afterwards (0.3 s)
 
 
+def served_path(cfg: ModelConfig, cache_dir: Path | str) -> str:
+    """What a `vllm serve` process loads for ``cfg``: the cached folder of a builtin or packaged model (built now
+    if needed), a local folder, or a Hub id."""
+    source = resolve_source(cfg.name_or_path)
+    if source.kind in ("builtin", "package"):
+        prepare(cfg, cache_dir)
+        return str(Path(cache_dir) / "models" / str(source.cache_name))
+    if source.gguf_file:
+        raise ModelError(
+            f"A vLLM server is started here with a model folder, not a GGUF file ({cfg.name_or_path}): "
+            "convert it (`model=<packaged GGUF>` does so into the cache) or serve it yourself."
+        )
+    return source.location
+
+
 def _convert_gguf(folder: Path, gguf_file: str, tmp: Path, target: Path) -> None:
     """Dequantize ``folder/gguf_file`` into a plain safetensors model plus tokenizer in ``tmp``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

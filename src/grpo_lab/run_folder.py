@@ -87,6 +87,7 @@ class RunFolder:
     summary_file = _Entry("summary.txt")
     trainer_dir = _Entry("trainer")
     model_dir = _Entry("model")
+    vllm_server_log = _Entry("vllm_server.log")
 
     def eval_file(self, name: str) -> Path:
         """eval_before, eval_after (graded completions) or eval_periodic (one row per evaluation)."""

@@ -186,6 +186,7 @@ class Recorder:
         self.trainer: Any = None  # for the step reached when interrupted
         self.health: list[dict[str, Any]] = []  # grpo_lab.health events, as they fired
         self.closed = False
+        self.rss_start_mb = _rss_mb()
 
     def start(self) -> None:
         """The run folder's first files (config, overrides, environment)."""
@@ -249,6 +250,9 @@ class Recorder:
     def _close(self, result: RunResult, summary: dict[str, Any], *, exit_code: int, **extra: Any) -> RunResult:
         """metrics.json, then the tracker's summary and end: the one place a run is closed."""
         result.durations["total"] = time.monotonic() - self.started
+        # The process's memory as the job started and as it ends (a colocated vLLM engine released by then):
+        # in a grid or a sweep, one job's end is the next one's start.
+        self.extra["memory_mb"] = {"rss_start": self.rss_start_mb, "rss_end": _rss_mb()}
         periodic = {"eval_periodic": self.evals} if self.evals else {}
         self.folder.write_metrics(result, **extra, **self.extra, **periodic)
         self.closed = True  # a failure to write it (a full disk) is recorded as failed, if it can be
@@ -342,6 +346,7 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
         try:
             return _train_and_evaluate(job, recorder)
         except BaseException as e:
+            _release_vllm(recorder.trainer)
             error = recorder.close_on(e)
             if error is e:
                 raise
@@ -350,13 +355,14 @@ def run(cfg: RunConfig, ctx: RunContext) -> RunResult:
 
 def _train_and_evaluate(job: _Job, recorder: Recorder) -> RunResult:
     reporter = _start_tracking(job)
-    model, tokenizer = _load_model(job, recorder)
-    startup.resume()  # imports and loading are done; before any generation (grpo_lab.startup)
-    _evaluate_before(job, recorder, model, tokenizer)
-    from grpo_lab.callbacks import Outcome
+    with _vllm_server(job, recorder) as server:
+        model, tokenizer = _load_model(job, recorder)
+        startup.resume()  # imports and loading are done; before any generation (grpo_lab.startup)
+        _evaluate_before(job, recorder, model, tokenizer)
+        from grpo_lab.callbacks import Outcome
 
-    outcome = Outcome()
-    trainer = _train(job, recorder, model, tokenizer, reporter, outcome)
+        outcome = Outcome()
+        trainer = _train(job, recorder, model, tokenizer, reporter, outcome, server)
     if outcome.status is None:
         if job.cfg.output.save_model:  # every process: sharded (DeepSpeed/FSDP) weights are gathered here
             trainer.save_model(str(job.folder.model_dir))
@@ -364,6 +370,7 @@ def _train_and_evaluate(job: _Job, recorder: Recorder) -> RunResult:
                 tokenizer.save_pretrained(str(job.folder.model_dir))
         if job.main and job.cfg.eval.after:
             _evaluate_after(job, recorder, trainer.model, tokenizer, reporter, outcome)
+    _release_vllm(trainer)
     return _close(job, recorder, outcome, reporter)
 
 
@@ -402,6 +409,22 @@ def _evaluate_after(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, r
         outcome.propose("pruned")
     else:
         recorder.add_eval("eval_after", after)
+
+
+@contextlib.contextmanager
+def _vllm_server(job: _Job, recorder: Recorder) -> Iterator[Any]:
+    """The main process's vLLM server for `vllm_mode=server` (grpo_lab.vllm_server): checked or started here,
+    stopped when training ends; None for every other job."""
+    if not (job.main and job.grpo_args.use_vllm and job.grpo_args.vllm_mode == "server"):
+        yield None
+        return
+    from grpo_lab import vllm_server
+
+    with contextlib.ExitStack() as stack:
+        with recorder.timed("vllm_server_start"):
+            log_file = job.folder.vllm_server_log
+            server = stack.enter_context(vllm_server.for_job(job.cfg, job.grpo_args, job.ctx.cache_dir, log_file))
+        yield server
 
 
 def _start_tracking(job: _Job) -> Any:
@@ -461,7 +484,9 @@ def _callbacks(job: _Job, recorder: Recorder, reporter: Any, outcome: Outcome) -
     return [*found, callbacks.StopSync(outcome)]
 
 
-def _train(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, reporter: Any, outcome: Outcome) -> Any:
+def _train(
+    job: _Job, recorder: Recorder, model: Any, tokenizer: Any, reporter: Any, outcome: Outcome, server: Any
+) -> Any:
     """GRPOTrainer.train; the callbacks record on `outcome` whether and why training stopped early."""
     from transformers.trainer_callback import ProgressCallback
     from trl import GRPOTrainer
@@ -469,15 +494,16 @@ def _train(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, reporter: 
     from grpo_lab.callbacks import MetricsProgressBar
 
     recorder.restart_logs()
-    trainer = GRPOTrainer(
-        model=model,
-        processing_class=tokenizer,
-        reward_funcs=job.reward_funcs,
-        args=job.grpo_args,
-        train_dataset=job.pair.train,
-        peft_config=models.lora_config(job.cfg.model),
-        callbacks=_callbacks(job, recorder, reporter, outcome),
-    )
+    with _vllm_client(job.grpo_args):
+        trainer = GRPOTrainer(
+            model=model,
+            processing_class=tokenizer,
+            reward_funcs=job.reward_funcs,
+            args=job.grpo_args,
+            train_dataset=job.pair.train,
+            peft_config=models.lora_config(job.cfg.model),
+            callbacks=_callbacks(job, recorder, reporter, outcome),
+        )
     recorder.trainer = trainer
     if job.grpo_args.use_vllm:  # vLLM's CPU build needs its in-place reload for TRL's weight sync
         from grpo_lab.vllm_sync import reload_in_place
@@ -487,7 +513,39 @@ def _train(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, reporter: 
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(MetricsProgressBar)
     resume_from = str(job.resume.checkpoint) if job.resume is not None else None
-    with recorder.timed("train"):
+    with recorder.timed("train"), _server_watch(job, server):
         trainer.train(resume_from_checkpoint=resume_from)
     recorder.metrics |= training_metrics(recorder.rows)
     return trainer
+
+
+def _release_vllm(trainer: Any) -> None:
+    """A colocated vLLM engine goes now, not with the trainer: the next job of a grid or sweep starts without it."""
+    if trainer is not None and trainer.args.use_vllm:
+        from grpo_lab.vllm_sync import release
+
+        release(trainer)
+
+
+def _rss_mb() -> float:
+    import psutil
+
+    return round(psutil.Process().memory_info().rss / 2**20, 1)
+
+
+def _vllm_client(grpo_args: Any) -> contextlib.AbstractContextManager[Any]:
+    """While GRPOTrainer is built: a CPU trainer's vLLM server client sends weights through a file."""
+    if not grpo_args.use_vllm:
+        return contextlib.nullcontext()
+    from grpo_lab.vllm_sync import server_client
+
+    return server_client(grpo_args)
+
+
+def _server_watch(job: _Job, server: Any) -> contextlib.AbstractContextManager[Any]:
+    """While training against a vLLM server: stop within seconds, with one line, if it goes away."""
+    if not (job.main and job.grpo_args.use_vllm and job.grpo_args.vllm_mode == "server"):
+        return contextlib.nullcontext()
+    from grpo_lab import vllm_server
+
+    return vllm_server.watched(vllm_server.base_url_of(job.grpo_args), server)
