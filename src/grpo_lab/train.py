@@ -494,7 +494,8 @@ def _train(
     from grpo_lab.callbacks import MetricsProgressBar
 
     recorder.restart_logs()
-    with _vllm_client(job.grpo_args):
+    # trainer_init: with vLLM colocated, mostly its engine's start (benchmarks/generation.py reports it).
+    with recorder.timed("trainer_init"), _vllm_client(job.grpo_args):
         trainer = GRPOTrainer(
             model=model,
             processing_class=tokenizer,
