@@ -250,7 +250,7 @@ DOCS_ELSEWHERE = {
 
 
 def docs_commands(module: str = "grpo_lab") -> list:
-    """`python -m grpo_lab ...` / `grpo-lab ...` lines of docs/*.md bash blocks (leading VAR=value dropped).
+    """`[path/]python -m grpo_lab ...` / `grpo-lab ...` lines of docs/*.md bash blocks (leading VAR=value dropped).
     Blocks that write files first (heredocs: docs/own-repo.md's session) are tests/test_packaging.py's."""
     found = []
     for page in sorted((REPO / "docs").glob("*.md")):
@@ -261,7 +261,9 @@ def docs_commands(module: str = "grpo_lab") -> list:
                 words = shlex.split(command)
                 while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
                     words = words[1:]
-                ours = words[:3] == ["python", "-m", module] or (module == "grpo_lab" and words[:1] == ["grpo-lab"])
+                # `python`, or another environment's (`.venv-vllm/bin/python`: docs/distributed.md's vLLM commands)
+                python = bool(words) and words[0].rsplit("/", 1)[-1] == "python"
+                ours = (python and words[1:3] == ["-m", module]) or (module == "grpo_lab" and words[:1] == ["grpo-lab"])
                 if ours and not any(skip in command for skip in DOCS_ELSEWHERE):
                     found.append(pytest.param(words, id=f"{page.name}: {shlex.join(words)}"))
     return found

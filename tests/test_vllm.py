@@ -3,6 +3,7 @@ naming that command."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -74,6 +75,15 @@ def _servers(model_cache) -> list[psutil.Process]:
         cmdline = " ".join(process.info["cmdline"] or [])
         if "vllm.entrypoints" in cmdline and str(model_cache) in cmdline:
             found.append(process)
+    return found
+
+
+def _in_group(group: int) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if os.getpgid(process.pid) == group:
+                found.append(process)
     return found
 
 
@@ -158,6 +168,30 @@ def test_a_user_started_server_that_dies_mid_run_stops_the_run_in_seconds_with_o
     metrics = json.loads(metrics_file.read_text())
     assert metrics["status"] == "failed" and "during training" in metrics["error"]
     assert _servers(model_cache) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_started_server_ends_with_its_job_when_the_job_is_stopped_or_killed(tmp_path, model_cache, sig):
+    """SIGTERM: the job records itself interrupted and stops the server on its way out. SIGKILL (no way out): the
+    server's own watchdog sees its job gone and stops it. Either way no vLLM process is left."""
+    args = [*(a for a in SERVER if not a.startswith("max_steps=")), "max_steps=400", "eval.after=false"]
+    job = _popen(["grpo_lab", *args, "objective.metric=train/reward"], tmp_path, model_cache)
+    try:
+        _wait_for(lambda: any(p.stat().st_size for p in tmp_path.glob("outputs/runs/*/*/history.jsonl")), job)
+        # The server's process group: its API server and vLLM's engine process (whose command line is Python's).
+        (group,) = {os.getpgid(server.pid) for server in _servers(model_cache)}
+        job.send_signal(sig)
+        job.communicate(timeout=120)
+    finally:
+        job.kill()
+    assert job.returncode == (128 + signal.SIGTERM if sig == signal.SIGTERM else -signal.SIGKILL)
+    deadline = time.monotonic() + 60  # the watchdog's SIGTERM, then vLLM's own shutdown
+    while _in_group(group) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _in_group(group) == []
+    if sig == signal.SIGTERM:
+        (metrics_file,) = tmp_path.glob("outputs/runs/*/*/metrics.json")
+        assert json.loads(metrics_file.read_text())["status"] == "interrupted"
 
 
 # ------------------------------------------------------------------------------------ grids and sweeps

@@ -132,9 +132,10 @@ def handling() -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------------- parent watchdog
-def exit_with_parent(pid: int, grace_s: float = 8.0) -> threading.Thread:
+def exit_with_parent(pid: int, grace_s: float = 8.0, *, whole_group: bool = False) -> threading.Thread:
     """In a child process: when process `pid` (the job's parent) ends, even by SIGKILL, stop this process
-    as on SIGTERM (it records the run as interrupted), and end it outright `grace_s` seconds later.
+    as on SIGTERM (it records the run as interrupted), and end it outright `grace_s` seconds later; with
+    `whole_group`, the same for every process of this process's group (a server's worker processes).
 
     A thread that waits on a pidfd (Linux >= 5.3; polls once a second elsewhere). It replaces
     PR_SET_PDEATHSIG set in `preexec_fn`, which is unsafe in a parent that runs threads and fires when
@@ -159,6 +160,10 @@ def exit_with_parent(pid: int, grace_s: float = 8.0) -> threading.Thread:
             finally:
                 os.close(fd)
         log.warning("The job's parent process %d is gone: stopping this process.", pid)
+        if whole_group:  # this process leads a group of its own children (a vLLM server and its engine)
+            os.killpg(os.getpgid(0), signal.SIGTERM)
+            time.sleep(grace_s)
+            os.killpg(os.getpgid(0), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(grace_s)
         os._exit(128 + signal.SIGTERM)

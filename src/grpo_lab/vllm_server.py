@@ -287,7 +287,9 @@ def _child(parent_pid: int, args: list[str]) -> None:
 
     from grpo_lab import interrupts
 
-    interrupts.exit_with_parent(parent_pid)
+    # The whole group: vLLM's engine processes outlive a server that alone is stopped (measured: an API server
+    # killed by SIGKILL left its EngineCore and Worker running, 2 GB, with init as their parent).
+    interrupts.exit_with_parent(parent_pid, whole_group=True)
     # vLLM's server reads its arguments from sys.argv: this process is only that server.
     sys.argv[1:] = args[2:]
     runpy.run_module(args[1], run_name="__main__", alter_sys=True)
