@@ -14,7 +14,8 @@ Arms:
 - `bare`: `benchmarks/baselines/bare_trl.py` with the vllm_nobind settings (TRL alone, plus the CPU weight-sync
   fix it needs); its wall time and peak RSS against `vllm_nobind`'s: grpo_lab's cost on this path (goal <= 1.05x).
 
-Shapes: `quick` (the quick-start: SmolLM2-135M, 1 prompt x 8 completions, 64 new tokens), `wide` (8 prompts x 8),
+Shapes: `quick` (the quick-start: SmolLM2-135M, 1 prompt x 8 completions, 64 new tokens), `wide` (8 prompts x 8
+generated at once, trained in 8 micro-batches of 8),
 `tiny` (the tiny vLLM-shaped model: a minute, to check the script).
 
     .venv-vllm/bin/python benchmarks/generation.py                 # quick (4 arms, 2 rounds) and wide; results/
@@ -38,7 +39,8 @@ GOAL = 1.05
 OFF = ["eval.before=false", "eval.after=false", "output.save_model=false", "objective.metric=train/reward_end"]
 SHAPES = {  # name: (grpo_lab overrides, the bare script's reward set, arms)
     "quick": (["experiment=quickstart"], "gsm8k", ("hf", "vllm", "vllm_nobind", "bare")),
-    "wide": (["experiment=quickstart", "trainer.per_device_train_batch_size=64"], "gsm8k", ("hf", "vllm_nobind")),
+    # 64 completions generated at once, trained 8 at a time (64 in one micro-batch: HF's run OOMs at 24 GiB).
+    "wide": (["experiment=quickstart", "trainer.gradient_accumulation_steps=8"], "gsm8k", ("hf", "vllm_nobind")),
     "tiny": (["experiment=smoke", "model=tiny_vllm"], "smoke", ("hf", "vllm", "vllm_nobind", "bare")),
 }
 TRAINER = {"hf": "trainer=grpo", "vllm": "trainer=grpo_vllm_colocate", "vllm_nobind": "trainer=grpo_vllm_colocate"}
