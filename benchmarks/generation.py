@@ -40,7 +40,7 @@ OFF = ["eval.before=false", "eval.after=false", "output.save_model=false", "obje
 SHAPES = {  # name: (grpo_lab overrides, the bare script's reward set, arms)
     "quick": (["experiment=quickstart"], "gsm8k", ("hf", "vllm", "vllm_nobind", "bare")),
     # 64 completions generated at once, trained 8 at a time (64 in one micro-batch: HF's run OOMs at 24 GiB).
-    "wide": (["experiment=quickstart", "trainer.gradient_accumulation_steps=8"], "gsm8k", ("hf", "vllm_nobind")),
+    "wide": (["experiment=quickstart", "optimizer.gradient_accumulation_steps=8"], "gsm8k", ("hf", "vllm_nobind")),
     "tiny": (["experiment=smoke", "model=tiny_vllm"], "smoke", ("hf", "vllm", "vllm_nobind", "bare")),
 }
 TRAINER = {"hf": "trainer=grpo", "vllm": "trainer=grpo_vllm_colocate", "vllm_nobind": "trainer=grpo_vllm_colocate"}
