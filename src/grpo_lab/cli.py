@@ -357,6 +357,19 @@ def side_command(app: Callable[[], Any], args: list[str], run_dir: str, *, verbo
         sys.exit(report(e, verbose=verbose))
 
 
+def throwaway_side_command(app: Callable[[], Any], args: list[str], *, prefix: str, verbose: bool) -> None:
+    """`side_command` for a command that keeps nothing (doctor, vllm_server): its Hydra folder is a temporary one,
+    removed afterwards, and Hydra writes no copy of the config there."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix=prefix)
+    try:
+        side_command(app, [*args, "hydra.output_subdir=null"], folder, verbose=verbose)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def console_main() -> None:
     """The `grpo-lab` command: `python -m grpo_lab`, with the current directory importable as `-m` makes it
     (so that `_target_: my_rewards.fn` finds `./my_rewards.py`; user modules are imported only later, by

@@ -143,6 +143,11 @@ class _Job:
         """With several processes (grpo_lab.launch), only the main one records, tracks, evaluates and reports."""
         return self.grpo_args.process_index == 0
 
+    @property
+    def talks_to_vllm_server(self) -> bool:
+        """The process that generates through a vLLM server (`vllm_mode=server`: only the main one does)."""
+        return self.main and self.grpo_args.use_vllm and self.grpo_args.vllm_mode == "server"
+
 
 def _set_up(cfg: RunConfig, ctx: RunContext) -> _Job:
     """Everything that can fail from bad input fails here, before W&B or a model."""
@@ -415,7 +420,7 @@ def _evaluate_after(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, r
 def _vllm_server(job: _Job, recorder: Recorder) -> Iterator[Any]:
     """The main process's vLLM server for `vllm_mode=server` (grpo_lab.vllm_server): checked or started here,
     stopped when training ends; None for every other job."""
-    if not (job.main and job.grpo_args.use_vllm and job.grpo_args.vllm_mode == "server"):
+    if not job.talks_to_vllm_server:
         yield None
         return
     from grpo_lab import vllm_server
@@ -545,7 +550,7 @@ def _vllm_client(grpo_args: Any) -> contextlib.AbstractContextManager[Any]:
 
 def _server_watch(job: _Job, server: Any) -> contextlib.AbstractContextManager[Any]:
     """While training against a vLLM server: stop within seconds, with one line, if it goes away."""
-    if not (job.main and job.grpo_args.use_vllm and job.grpo_args.vllm_mode == "server"):
+    if not job.talks_to_vllm_server:
         return contextlib.nullcontext()
     from grpo_lab import vllm_server
 

@@ -20,6 +20,7 @@ grpo_lab's weight loader (grpo_lab.vllm_sync) as a worker extension: TRL's NCCL 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
@@ -132,9 +133,20 @@ def check_reachable(base_url: str, timeout: float) -> None:
         time.sleep(0.5)
 
 
+def host_of(base_url: str) -> str:
+    return urlparse(base_url).hostname or base_url
+
+
 def is_local(base_url: str) -> bool:
-    host = urlparse(base_url).hostname or ""
-    return host in ("localhost", "0.0.0.0", "::1") or host.startswith("127.") or host == socket.gethostname()
+    """Loopback, 0.0.0.0 (TRL's default host: this machine) or this machine's name."""
+    host = host_of(base_url)
+    if host in ("localhost", socket.gethostname()):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
 
 
 # --------------------------------------------------------------------------------------- the process
@@ -252,11 +264,8 @@ def watched(base_url: str, server: Server | None) -> Iterator[None]:
 # ---------------------------------------------------------------------------------------- for a job
 @contextlib.contextmanager
 def for_job(cfg: Any, grpo_args: Any, cache_dir: Path, log_file: Path) -> Iterator[Server | None]:
-    """The server a `vllm_mode=server` job trains against: started here when `vllm_server.start`, else the
-    user's, checked; `grpo_args` is pointed at it. Yields None (and does nothing) for other jobs."""
-    if not (grpo_args.use_vllm and grpo_args.vllm_mode == "server"):
-        yield None
-        return
+    """The server a `vllm_mode=server` job trains against: started here when `vllm_server.start` (yielded, and
+    `grpo_args` pointed at it), else the user's, checked (None is yielded)."""
     settings = cfg.vllm_server
     if not settings.start:
         base_url = base_url_of(grpo_args)
@@ -303,7 +312,7 @@ def main() -> None:
         return
     import argparse
 
-    from grpo_lab.cli import hydra_app, parse_flags, report, side_command
+    from grpo_lab.cli import hydra_app, parse_flags, report, throwaway_side_command
 
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--port", type=int, default=8000)
@@ -324,14 +333,7 @@ def main() -> None:
         print("VLLM_SERVER_DEV_MODE=1 " + " ".join(argv), flush=True)
         os.execve(argv[0], argv, server_env())
 
-    import shutil
-    import tempfile
-
-    folder = tempfile.mkdtemp(prefix="grpo_lab_vllm_server_")
-    try:
-        side_command(serve, [*overrides, "hydra.output_subdir=null"], folder, verbose=options.verbose)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    throwaway_side_command(serve, overrides, prefix="grpo_lab_vllm_server_", verbose=options.verbose)
 
 
 if __name__ == "__main__":

@@ -8,17 +8,15 @@ run will take) and here (what the config asks for).
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 import os
 import shutil
-import socket
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from grpo_lab import config as config_mod
+from grpo_lab import vllm_server
 from grpo_lab.doctor import environment, footprint
 from grpo_lab.doctor.checks import Check
 from grpo_lab.errors import describe, one_line
@@ -209,8 +207,9 @@ def _host_memory(
 
     host = psutil.virtual_memory()
     need, shown = sum(parts.values()) * procs, _terms(parts)
-    server = None if vllm is None or vllm.colocate else _server_host(args)
-    if server is not None and not _on_this_host(server):
+    base_url = None if vllm is None or vllm.colocate else vllm_server.base_url_of(args)
+    server = vllm_server.host_of(base_url) if base_url is not None else None
+    if base_url is not None and not vllm_server.is_local(base_url):
         shown += f"; vLLM server at {server}: its memory is that machine's"
     elif vllm is not None:
         found = _vllm_on_host(shape, parts, vllm, host.total)
@@ -282,23 +281,6 @@ def _vllm_on_host(
         f"{env} unset, so vLLM's own rule: {rule}, less its process's RSS",
         f"set {env}=<GiB> or lower {knob}",
     )
-
-
-def _server_host(args: Any) -> str:
-    if args.vllm_server_base_url:
-        return urlsplit(args.vllm_server_base_url).hostname or args.vllm_server_base_url
-    return str(args.vllm_server_host)
-
-
-def _on_this_host(host: str) -> bool:
-    """Loopback, 0.0.0.0 (TRL's default: this machine) or this machine's name."""
-    if host in ("localhost", socket.gethostname()):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return address.is_loopback or address.is_unspecified
 
 
 def _disk_check(run: Any, args: Any, shape: footprint.Shape, cache_dir: Path) -> Check:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 
 from omegaconf import DictConfig
 
-from grpo_lab.cli import hydra_app, parse_flags, report, side_command
+from grpo_lab.cli import hydra_app, parse_flags, report, throwaway_side_command
 from grpo_lab.paths import cache_dir
 
 
@@ -37,12 +35,7 @@ def main() -> None:
     def doctor(cfg: DictConfig) -> None:
         examine(cfg, as_json=options.json, verbose=options.verbose)
 
-    # Nothing of the doctor's is kept: its Hydra folder (the job's log) is a temporary one.
-    folder = tempfile.mkdtemp(prefix="grpo_lab_doctor_")
-    try:
-        side_command(doctor, [*args, "hydra.output_subdir=null"], folder, verbose=options.verbose)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    throwaway_side_command(doctor, args, prefix="grpo_lab_doctor_", verbose=options.verbose)
 
 
 if __name__ == "__main__":
