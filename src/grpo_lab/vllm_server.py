@@ -23,6 +23,7 @@ import contextlib
 import ipaddress
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -331,6 +332,10 @@ def main() -> None:
         except Exception as e:
             sys.exit(report(e, verbose=options.verbose))
         print("VLLM_SERVER_DEV_MODE=1 " + " ".join(argv), flush=True)
+        # exec replaces this process: the temporary Hydra folder's cleanup would never run, so it goes now.
+        from hydra.core.hydra_config import HydraConfig
+
+        shutil.rmtree(HydraConfig.get().runtime.output_dir, ignore_errors=True)
         os.execve(argv[0], argv, server_env())
 
     throwaway_side_command(serve, overrides, prefix="grpo_lab_vllm_server_", verbose=options.verbose)
