@@ -1,0 +1,713 @@
+"""The one place model-written code runs: a completion and its tests in a child process, isolated and limited.
+
+Each call starts a fresh Python (``-I -S``: the standard library only, no user environment) that runs the
+completion, then its tests. With ``isolation="bwrap"`` it runs under bubblewrap: every namespace unshared (no
+network, its own pids, no further user namespaces), the system read-only, home folders and ``/run`` hidden, no
+``/proc``, nothing writable but a private size-capped tmpfs ``/tmp`` (its working folder), an empty environment, and
+it dies with its caller. As root, bubblewrap itself runs as ``nobody``: RLIMIT_NPROC never binds uid 0, not even as
+another uid inside a user namespace (measured: a limit of 5 let root fork 10 children there; as ``nobody`` the 4th
+fork failed).
+Inside, the harness sets rlimits (CPU seconds, address space, processes, file size, open files) before the completion
+runs; outside, a wall-clock deadline kills the process group (and with it the pid namespace) and output is read up to
+a cap.
+
+A pass is decided by a per-call nonce that only the harness knows: it arrives on a socket the harness reads to the end
+before the completion runs, and comes back on that socket, with the counts, only after every test has run. The tests
+are compiled after the completion ran and run with their own copy of the builtins, so an early exit, a patched
+``AssertionError`` or builtin, or a ``check`` of the completion's own cannot pass. Python audit hooks are no security
+boundary (bubblewrap is); the harness's hook only refuses the ways a completion could read the nonce back out of its
+own process: frames, the garbage collector, ctypes, tracing, signal handlers, new programs and ``/proc/*/mem``.
+
+``isolation="rlimits"`` runs the same harness without bubblewrap, as the caller's user: the completion can reach the
+network, read the caller's secrets through ``/proc``, write wherever that user can, and signal the caller;
+``tests/test_sandbox.py`` measures which hostile completions it stops.
+
+``python -m grpo_lab.sandbox CODE.py --tests TESTS.py`` runs one completion and prints its verdict as one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import functools
+import json
+import marshal
+import math
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from grpo_lab.errors import GrpoLabError, describe
+
+Isolation = Literal["bwrap", "rlimits"]
+ISOLATIONS = ("bwrap", "rlimits")
+ERRORS = ("syntax", "timeout", "memory", "output_limit", "runtime", "killed", "sandbox")
+# The first line of the harness, in the command line of every process of a sandbox: how tests find leftovers.
+MARKER = "# grpo_lab.sandbox harness"
+NO_BWRAP = (
+    "bubblewrap (bwrap) is not installed, and the code reward runs model-written code only inside it: "
+    "install it (apt-get install bubblewrap) or run it unisolated with reward.sandbox.isolation=rlimits"
+)
+_CONTROL_CAP = 1 << 16  # bytes read from the harness's control socket: a verdict is one short line
+_ENV_MARK = "GRPO_LAB_SANDBOX_CALL"  # rlimits: finds a call's processes that left its process group
+
+
+class SandboxError(GrpoLabError):
+    """The sandbox cannot run here, or a problem's tests cannot be run (they do not parse, or test nothing)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one completion may use. ``cpu_seconds`` defaults to the wall-clock ``timeout`` rounded up."""
+
+    timeout: float = 5.0  # wall-clock seconds for the whole call, start-up included
+    cpu_seconds: int | None = None  # RLIMIT_CPU of each process
+    memory_mb: int = 1024  # RLIMIT_AS: address space, so that a memory bomb is a MemoryError
+    processes: int = 16  # processes and threads beyond the harness (RLIMIT_NPROC)
+    file_size_mb: int = 16  # RLIMIT_FSIZE: the largest file it may write
+    open_files: int = 64  # RLIMIT_NOFILE
+    output_bytes: int = 1 << 18  # stdout + stderr read before the child is killed
+    tmp_mb: int = 64  # size of the private /tmp (bwrap)
+
+    def rlimits(self) -> tuple[int, ...]:
+        """The harness's view: CPU s, address space, processes, file size, open files, alarm s (all bytes/ints)."""
+        cpu = self.cpu_seconds or max(1, math.ceil(self.timeout))
+        mib = 1 << 20
+        alarm = math.ceil(self.timeout) + 2
+        return (cpu, self.memory_mb * mib, self.processes, self.file_size_mb * mib, self.open_files, alarm)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How one completion did: ``passed`` of ``total`` tests, or an ``error`` kind (see :data:`ERRORS`)."""
+
+    passed: int
+    total: int
+    error: str | None
+    seconds: float
+    peak_memory_mb: float
+    isolation: str
+    detail: str = ""  # one line: the first failure, or why there is no verdict
+    stdout: str = ""  # what the completion printed, up to Limits.output_bytes
+    stderr: str = ""
+
+    @property
+    def reward(self) -> float:
+        """The fraction of tests passed; 0 on any error."""
+        return 0.0 if self.error or not self.total else self.passed / self.total
+
+    def summary(self) -> dict:
+        """The JSON line of ``python -m grpo_lab.sandbox``."""
+        keys = ("passed", "total", "error", "seconds", "peak_memory_mb", "isolation", "detail")
+        return {key: value for key, value in asdict(self).items() if key in keys}
+
+
+# ------------------------------------------------------------------------------------------------- the harness
+# Runs inside the sandbox as `python -I -S -u -B -c _HARNESS <control fd>`. Everything it needs after the completion
+# has run is bound to a local before it runs: the completion can rebind builtins, module attributes and globals, but
+# it cannot reach this function's frame (the audit hook refuses frames to it).
+_HARNESS = (
+    MARKER
+    + r"""
+def main(control):
+    import _imp, _signal, builtins, gc, marshal, os, resource, sys
+
+    read, write, fstat, fork, waitpid, exit_now = os.read, os.write, os.fstat, os.fork, os.waitpid, os._exit
+    compile_, exec_, str_, type_, dict_ = compile, exec, str, type, dict
+    BaseException_, MemoryError_, NameError_, gc_disable = BaseException, MemoryError, NameError, gc.disable
+    set_recursion_limit, recursion_limit = sys.setrecursionlimit, sys.getrecursionlimit()
+
+    chunks = []
+    while chunk := read(control, 1 << 16):  # to the end: nothing is left for the completion to read
+        chunks.append(chunk)
+    nonce, code, segments, entry_point, limits = marshal.loads(b"".join(chunks))
+    control_id = (fstat(control).st_dev, fstat(control).st_ino)
+    write(control, b"ready\n")
+    set_limits(limits, os, resource, _signal)
+
+    class Refused(ValueError):  # a ValueError: namedtuple, enum, typing and logging tolerate it from sys._getframe
+        pass
+
+    def refuse(*args, **kwargs):
+        raise Refused("refused by the grpo_lab sandbox")
+
+    seal(_imp, _signal, os, sys, refuse)
+    pristine = dict(builtins.__dict__)
+    sys.addaudithook(audit_hook(Refused, blocked, str, bytes, int, type, os.fspath))
+
+    def one_line(error):
+        try:  # the completion's exception: its __str__ is the completion's code, so guard everything
+            return " ".join(("%s: %s" % (type_(error).__name__, error)).splitlines()).removesuffix(": ")[:300]
+        except BaseException_:
+            return "an exception that cannot be shown"
+
+    passed, total, kind, detail = 0, sum(1 for _, is_test in segments if is_test) or 1, "-", ""
+    try:
+        compiled = compile_(code, "<completion>", "exec")
+    except MemoryError_ as e:
+        kind, detail = "memory", one_line(e)
+    except BaseException_ as e:  # SyntaxError, or ValueError for a null byte
+        kind, detail = "syntax", one_line(e)
+    else:
+        solution = type_(sys)("__solution__")
+        sys.modules["__solution__"] = solution
+        try:
+            exec_(compiled, solution.__dict__)
+        except MemoryError_ as e:
+            kind, detail = "memory", one_line(e)
+        except BaseException_ as e:  # SystemExit included: exiting early is no pass
+            kind, detail = "runtime", one_line(e)
+    if kind == "-":
+        set_recursion_limit(recursion_limit)
+        builtins.__dict__.clear()  # undo builtins tampering for the stdlib code the tests call
+        builtins.__dict__.update(pristine)
+        names = {k: v for k, v in solution.__dict__.items() if k[:2] != "__"}
+        namespace = dict_(names, __builtins__=dict_(pristine), __name__="__tests__")
+        for source, is_test in segments:  # compiled now, after the completion: nothing of it can be patched
+            try:
+                exec_(compile_(source, "<tests>", "exec"), namespace)
+            except BaseException_ as e:  # SystemExit included
+                detail = detail or one_line(e)
+                if not is_test:  # a setup line failed: the tests after it count as failed
+                    break
+            else:
+                passed += is_test
+        else:
+            if entry_point is not None:
+                try:
+                    if entry_point not in names:
+                        raise NameError_("the completion defines no " + entry_point)
+                    namespace["check"](names[entry_point])
+                    passed = 1
+                except BaseException_ as e:
+                    detail = one_line(e)
+    line = (nonce + " %d %d %s %s\n" % (passed, total, kind, detail)).encode("utf-8", "replace")
+
+    # Written from a fork: it has one thread, and no at-fork handler or finalizer of the completion runs in it, so
+    # nothing can swap the control socket between the check below and the write.
+    gc_disable()
+    set_recursion_limit(recursion_limit)
+    pid = fork()
+    if pid == 0:
+        if (fstat(control).st_dev, fstat(control).st_ino) == control_id:
+            write(control, line)
+        exit_now(0)
+    waitpid(pid, 0)
+    exit_now(0)
+
+
+def set_limits(limits, os, resource, _signal):
+    cpu, memory, processes, file_size, open_files, alarm = limits
+    _signal.signal(_signal.SIGXFSZ, _signal.SIG_IGN)  # an oversized write fails with EFBIG instead of killing
+    _signal.alarm(alarm)  # rlimits: ends a harness whose caller died (pid 1 under bwrap ignores it: no need)
+    # RLIMIT_NPROC counts every task of the real uid: under bwrap (no /proc) that is this harness alone.
+    tasks = 1 if not os.path.isdir("/proc/self") else 0 if os.getuid() == 0 else tasks_of(os.getuid(), os)
+    for which, value in (
+        (resource.RLIMIT_CPU, cpu),
+        (resource.RLIMIT_AS, memory),
+        (resource.RLIMIT_NPROC, tasks + processes + 1),  # + 1: the fork that writes the verdict
+        (resource.RLIMIT_FSIZE, file_size),
+        (resource.RLIMIT_NOFILE, open_files),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        resource.setrlimit(which, (value, value))
+
+
+def tasks_of(uid, os):
+    count = 0
+    for pid in os.listdir("/proc"):
+        try:
+            with open("/proc/" + pid + "/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except (OSError, ValueError):
+            continue
+        if int(fields.get("Uid", "-1 ").split()[0]) == uid:
+            count += int(fields.get("Threads", "1"))
+    return count
+
+
+def seal(_imp, _signal, os, sys, refuse):
+    # Ways around the audit hook that raise no audit event of their own, closed before the completion runs.
+    import _warnings
+
+    quiet = ("ignore", None, DeprecationWarning, None, 0)  # spwd and the like warn as they are imported
+    _warnings.filters.insert(0, quiet)
+    _warnings._filters_mutated()
+    for name in sys.builtin_module_names:  # later imports of builtins come from sys.modules ...
+        if not blocked(name):
+            __import__(name)
+    _warnings.filters.remove(quiet)
+    _warnings._filters_mutated()
+    import types  # its import reads a traceback's tb_frame (for FrameType), which the hook then refuses
+    _imp.create_builtin = refuse  # ... so no fresh, unsealed copy of _signal or posix can be made
+    for name in ("signal", "alarm", "setitimer"):  # a Python signal handler is handed the running frame
+        setattr(_signal, name, refuse)
+    os.register_at_fork = sys.modules["posix"].register_at_fork = lambda **hooks: None  # nothing runs in forks
+    __import__("_posixsubprocess").fork_exec = refuse  # starts programs without an audit event
+
+
+def blocked(module):  # runs inside the audit hook: no builtins, which the completion may have replaced
+    for part in module.split("."):
+        if part == "ctypes" or part == "_ctypes" or part.startswith(("_test", "_xx")):
+            return True
+    return False
+
+
+def audit_hook(Refused, blocked, str_, bytes_, int_, type_, fspath):
+    # Everything it uses is bound here: it runs while the completion runs, after any rebinding the completion did.
+    refused = frozenset(
+        "sys._getframe sys._getframemodulename sys._current_frames sys._current_exceptions sys.settrace "
+        "sys.setprofile sys.addaudithook gc.get_objects gc.get_referrers gc.get_referents os.exec "
+        "os.posix_spawn os.spawn os.system subprocess.Popen".split()
+    )
+    watched = refused | {"object.__getattr__", "import", "open", "os.symlink"}
+    frames = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame"))
+    sealed = frozenset(("_signal", "posix", "_imp", "_posixsubprocess"))
+
+    def is_memory(path):  # /proc/<pid>/mem: under bwrap there is no /proc, under rlimits there is
+        if type_(path) is int_:
+            return False
+        if type_(path) is not str_ and type_(path) is not bytes_:
+            path = fspath(path)
+        if type_(path) is bytes_:
+            path = path.decode("utf-8", "replace")
+        return str_.rsplit(str_.rstrip(path, "/"), "/", 1)[-1] == "mem"
+
+    def hook(event, args):
+        if event not in watched and event[:7] != "ctypes.":
+            return
+        if (
+            event in refused
+            or event[:7] == "ctypes."
+            or (event == "object.__getattr__" and args[1] in frames)
+            or (event == "import" and (blocked(args[0]) or args[0] in sealed))
+            or (event in ("open", "os.symlink") and is_memory(args[0]))
+        ):
+            raise Refused("refused by the grpo_lab sandbox: " + event)
+
+    return hook
+
+
+import sys
+
+main(int(sys.argv[1]))
+"""
+)
+
+
+# --------------------------------------------------------------------------------------------------- the tests
+@dataclass(frozen=True)
+class _Plan:
+    segments: tuple[tuple[str, bool], ...]  # (source, is it a test?), run in order
+    total: int
+
+
+def _plan(tests: str, entry_point: str | None) -> _Plan:
+    """The tests as the harness runs them: each top-level assert is a test, anything else is setup; with an entry
+    point, the tests define ``check(candidate)`` and are one test."""
+    try:
+        module = ast.parse(tests)
+    except SyntaxError as e:
+        raise SandboxError(f"the tests do not parse: {e.msg} (line {e.lineno})") from None
+    if entry_point is not None:
+        if not any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in module.body):
+            raise SandboxError(f"entry_point={entry_point!r} needs tests that define check(candidate)")
+        return _Plan(((tests, False),), 1)
+    # One statement per segment, on its own line as in the file, so that tracebacks name the right line.
+    segments = tuple(
+        ("\n" * (node.lineno - 1) + ast.unparse(node), isinstance(node, ast.Assert)) for node in module.body
+    )
+    total = sum(is_test for _, is_test in segments)
+    if not total:
+        raise SandboxError("the tests have no top-level assert: give assert lines, or check(candidate) and entry_point")
+    return _Plan(segments, total)
+
+
+# ---------------------------------------------------------------------------------------- isolation and launch
+_checked: dict[str, str] = {}
+_check_lock = threading.Lock()
+
+
+def check_isolation(isolation: str) -> str:
+    """Make sure ``isolation`` works here, once per process; raises a one-line :class:`SandboxError` if not.
+
+    "bwrap" starts a trivial sandbox; "rlimits" runs without namespaces (the caller records the run as not isolated).
+    """
+    if isolation not in ISOLATIONS:
+        raise SandboxError(f"reward.sandbox.isolation={isolation!r} is not one of {', '.join(ISOLATIONS)}")
+    if isolation == "rlimits":
+        return isolation
+    with _check_lock:
+        if isolation not in _checked:
+            if shutil.which("bwrap") is None:
+                raise SandboxError(NO_BWRAP)
+            probe = _execute("x = 1", _plan("assert x == 1", None), None, Limits(timeout=30), "bwrap")
+            if probe.passed != 1:
+                raise SandboxError(
+                    f"bubblewrap could not start the sandbox ({probe.detail or probe.error}): fix it "
+                    "(apt-get install bubblewrap; unprivileged user namespaces must be allowed) "
+                    "or run it unisolated with reward.sandbox.isolation=rlimits"
+                )
+            _checked[isolation] = probe.detail
+    return isolation
+
+
+@functools.cache
+def _bwrap_options() -> frozenset[str]:
+    """The options this bwrap knows (--disable-userns and --size came with 0.8)."""
+    text = subprocess.run(["bwrap", "--help"], capture_output=True, text=True, check=False).stdout
+    return frozenset(word for word in text.split() if word.startswith("--"))
+
+
+def _others_can_run(path: str) -> bool:
+    """Whether a user other than the owner can reach and execute `path` (every folder above it searchable)."""
+    path = os.path.realpath(path)
+    if not os.path.isfile(path) or not os.stat(path).st_mode & stat.S_IXOTH:
+        return False
+    folder = os.path.dirname(path)
+    while folder != "/":
+        if not os.stat(folder).st_mode & stat.S_IXOTH:
+            return False
+        folder = os.path.dirname(folder)
+    return True
+
+
+def _base_python() -> str:
+    """This interpreter outside any virtual environment: ``-I -S`` needs only its standard library."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+@functools.cache
+def _python(isolation: str) -> str:
+    """The interpreter the sandbox runs: this one's base interpreter, or, when bubblewrap runs as `nobody` (we are
+    root) and cannot reach it, a system-wide one of the same version."""
+    base = _base_python()
+    if isolation == "rlimits" or os.geteuid() != 0 or _others_can_run(base):
+        return base
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"):
+        if _others_can_run(candidate):
+            return os.path.realpath(candidate)
+    raise SandboxError(
+        f"as root, the sandbox runs model code as nobody, who cannot reach {base}: install python{version} "
+        f"system-wide (apt-get install python{version}) or run unisolated with reward.sandbox.isolation=rlimits"
+    )
+
+
+def _hidden_folders() -> list[str]:
+    """Folders that hold secrets (~/.netrc, tokens, sockets): covered by an empty tmpfs inside the sandbox."""
+    folders = []
+    for folder in sorted({"/root", "/home", "/run", os.path.expanduser("~"), os.environ.get("HOME", "/")}):
+        real = os.path.realpath(folder)
+        covered = any(real == f or real.startswith(f + "/") for f in folders)  # sorted: parents come first
+        if real not in ("/", "/tmp", "/proc", "/dev") and os.path.isdir(real) and not covered:
+            folders.append(real)
+    return folders
+
+
+def _bwrap_command(python: str, limits: Limits) -> list[str]:
+    options = _bwrap_options()
+    argv = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1"]
+    if "--disable-userns" in options:  # no nested user namespaces: less kernel surface for the completion
+        argv += ["--unshare-user", "--disable-userns"]
+    # No /proc at all: it would show /proc/self/mem and fds; --proc would also be a fresh one, but nothing needs it.
+    argv += ["--ro-bind", "/", "/", "--tmpfs", "/proc", "--dev", "/dev"]
+    if "--size" in options:
+        argv += ["--size", str(limits.tmp_mb << 20)]
+    argv += ["--tmpfs", "/tmp"]
+    hidden = _hidden_folders()
+    for folder in hidden:
+        argv += ["--tmpfs", folder]
+    prefix = sys.base_prefix if python == _base_python() else os.path.dirname(os.path.dirname(python))
+    if any(prefix.startswith(f + "/") for f in hidden):  # the interpreter lives in a hidden folder: show just it
+        argv += ["--ro-bind", prefix, prefix]
+    for folder in [*hidden, "/proc", "/dev"]:  # tmpfs without a size cap: writable, they would let it fill the memory
+        argv += ["--remount-ro", folder]
+    argv += ["--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp"]
+    return [*argv, "--", python]
+
+
+def _unprivileged() -> dict:
+    """As root, bubblewrap runs as nobody: RLIMIT_NPROC does not bind uid 0, and nobody cannot read root's files."""
+    if os.geteuid() != 0:
+        return {}
+    import pwd
+
+    try:
+        nobody = pwd.getpwnam("nobody")
+        uid, gid = nobody.pw_uid, nobody.pw_gid
+    except KeyError:
+        uid = gid = 65534
+    return {"user": uid, "group": gid, "extra_groups": []}
+
+
+# ------------------------------------------------------------------------------------------------------ a call
+def run(
+    code: str,
+    tests: str,
+    *,
+    entry_point: str | None = None,
+    limits: Limits | None = None,
+    isolation: Isolation = "bwrap",
+) -> Verdict:
+    """Run `code`, then `tests` (assert lines, or ``check(candidate)`` with `entry_point`), in a sandbox."""
+    plan = _plan(tests, entry_point)
+    check_isolation(isolation)
+    return _execute(code, plan, entry_point, limits or Limits(), isolation)
+
+
+def run_many(
+    items: Iterable[Sequence],
+    workers: int | None = None,
+    *,
+    limits: Limits | None = None,
+    isolation: Isolation = "bwrap",
+) -> list[Verdict]:
+    """:func:`run` for a step's completions, side by side: `items` are ``(code, tests[, entry_point])``; the
+    verdicts come back in their order. `workers` defaults to the number of CPUs."""
+    jobs = []
+    for code, tests, *rest in items:
+        entry_point = rest[0] if rest else None
+        jobs.append((code, _plan(tests, entry_point), entry_point))
+    check_isolation(isolation)
+    limits = limits or Limits()
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
+    with ThreadPoolExecutor(workers, thread_name_prefix="grpo_lab_sandbox") as pool:
+        return list(pool.map(lambda job: _execute(*job, limits, isolation), jobs))
+
+
+def _execute(code: str, plan: _Plan, entry_point: str | None, limits: Limits, isolation: str) -> Verdict:
+    """One call: start the harness, hand it the payload on its control socket, watch it, judge what came back."""
+    nonce = secrets.token_hex(16)
+    payload = marshal.dumps((nonce, code, plan.segments, entry_point, limits.rlimits()), 4)
+    ours, theirs = socket.socketpair()
+    workdir = call_id = None
+    outcome = _Outcome()
+    start = time.monotonic()
+    try:
+        if isolation == "bwrap":
+            argv, options = _bwrap_command(_python("bwrap"), limits), {"cwd": "/", **_unprivileged()}
+            options["env"] = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # bwrap's own: no secrets
+        else:
+            workdir, call_id = tempfile.mkdtemp(prefix="grpo_lab_sandbox_"), secrets.token_hex(8)
+            env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, _ENV_MARK: call_id}
+            argv, options = [_python("rlimits")], {"cwd": workdir, "env": env}
+        argv += ["-I", "-S", "-u", "-B", "-c", _HARNESS, str(theirs.fileno())]
+        try:
+            child = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,  # its own process group, killed as a whole
+                **options,
+            )
+        except OSError as e:
+            outcome.stderr += f"could not start {argv[0]}: {e}".encode()
+            return _judge(outcome, nonce, plan, start, limits, isolation)
+        theirs.close()
+        with child:
+            try:
+                _send(ours, payload, start + limits.timeout)
+                _collect(child, ours, outcome, start + limits.timeout, limits.output_bytes)
+            finally:
+                _finish(child, outcome, ours, call_id)
+    finally:
+        ours.close()
+        theirs.close()
+        if workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return _judge(outcome, nonce, plan, start, limits, isolation)
+
+
+def _send(sock: socket.socket, payload: bytes, deadline: float) -> None:
+    """The payload, then end-of-file: the harness reads it all before the completion runs."""
+    with contextlib.suppress(OSError):  # the sandbox did not start: the verdict says so
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        sock.sendall(payload)
+        sock.shutdown(socket.SHUT_WR)
+    sock.setblocking(False)
+
+
+class _Outcome:
+    """What the parent saw of one call."""
+
+    def __init__(self) -> None:
+        self.stdout, self.stderr, self.control = bytearray(), bytearray(), bytearray()
+        self.timed_out = self.over_output = False
+        self.status: int | None = None  # os.wait4's status and rusage: the child's peak memory and CPU time
+        self.usage = None
+
+
+def _collect(child: subprocess.Popen, control: socket.socket, outcome: _Outcome, deadline: float, cap: int) -> None:
+    """Read stdout, stderr and the control socket until the child exits, the deadline passes or output runs over."""
+    streams = {child.stdout.fileno(): outcome.stdout, child.stderr.fileno(): outcome.stderr}
+    streams[control.fileno()] = outcome.control
+    with selectors.DefaultSelector() as selector:
+        for fd in streams:
+            selector.register(fd, selectors.EVENT_READ)
+        try:
+            exited = os.pidfd_open(child.pid)
+            selector.register(exited, selectors.EVENT_READ)
+        except (AttributeError, OSError):  # before Linux 5.3: poll with wait4
+            exited = None
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                events = selector.select(left if exited is not None else min(left, 0.02))
+                if _exited(child, outcome, exited, events):
+                    return
+                for key, _ in events:
+                    try:
+                        data = os.read(key.fd, 1 << 16)
+                    except OSError:  # ECONNRESET: a sandbox process shut the control socket
+                        data = b""
+                    if not data:
+                        selector.unregister(key.fd)
+                        continue
+                    streams[key.fd] += data
+                    if len(outcome.stdout) + len(outcome.stderr) > cap or len(outcome.control) > _CONTROL_CAP:
+                        outcome.over_output = True
+                        return
+            outcome.timed_out = True
+        finally:
+            if exited is not None:
+                os.close(exited)
+
+
+def _exited(child: subprocess.Popen, outcome: _Outcome, pidfd: int | None, events: list) -> bool:
+    if pidfd is not None:
+        return any(key.fd == pidfd for key, _ in events)
+    pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+    if pid:
+        outcome.status, outcome.usage = status, usage
+    return bool(pid)
+
+
+def _finish(child: subprocess.Popen, outcome: _Outcome, control: socket.socket, call_id: str | None) -> None:
+    """Kill what is left of the call, reap the child and read what it wrote just before it ended."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signal.SIGKILL)  # under bwrap, its pid namespace dies with it
+    if call_id is not None:  # rlimits: processes that called setsid() left the group
+        _kill_marked(call_id)
+    if outcome.status is None:
+        _, outcome.status, outcome.usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(outcome.status)
+    room = 1 << 16  # a little more than the cap, at most
+    for fd, into in (
+        (control.fileno(), outcome.control),
+        (child.stdout.fileno(), outcome.stdout),
+        (child.stderr.fileno(), outcome.stderr),
+    ):
+        os.set_blocking(fd, False)
+        with contextlib.suppress(OSError):  # EAGAIN: a writer outlived the kill for a moment; what it writes is lost
+            while room > 0 and (data := os.read(fd, min(room, 1 << 16))):
+                into += data
+                room -= len(data)
+
+
+def _kill_marked(call_id: str) -> None:
+    """SIGKILL every process whose environment carries this call's mark (rlimits mode has no pid namespace)."""
+    mark = f"{_ENV_MARK}={call_id}".encode()
+    for _ in range(3):  # one that forked while we looked is found the next time
+        found = False
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if mark not in f.read().split(b"\0"):
+                        continue
+                os.kill(int(pid), signal.SIGKILL)
+                found = True
+            except (OSError, ValueError):
+                continue
+        if not found:
+            return
+
+
+def _judge(outcome: _Outcome, nonce: str, plan: _Plan, start: float, limits: Limits, isolation: str) -> Verdict:
+    """The verdict: the harness's line if it carries this call's nonce, else why there is none."""
+    usage = outcome.usage
+
+    def verdict(error: str | None, detail: str, passed: int = 0) -> Verdict:
+        return Verdict(
+            passed=passed,
+            total=plan.total,
+            error=error,
+            seconds=round(time.monotonic() - start, 3),
+            peak_memory_mb=round(usage.ru_maxrss / 1024, 1) if usage else 0.0,
+            isolation=isolation,
+            detail=detail,
+            stdout=outcome.stdout[: limits.output_bytes].decode("utf-8", "replace"),
+            stderr=outcome.stderr[: limits.output_bytes].decode("utf-8", "replace"),
+        )
+
+    if outcome.timed_out:
+        return verdict("timeout", f"ran past {limits.timeout:g} s")
+    if outcome.over_output:
+        return verdict("output_limit", f"wrote more than {limits.output_bytes} bytes")
+    at = outcome.control.find(nonce.encode() + b" ")
+    if at >= 0:  # only the harness knows the nonce
+        fields = bytes(outcome.control[at:]).split(b"\n", 1)[0].decode("utf-8", "replace").split(" ", 4)
+        passed, total, kind, detail = int(fields[1]), int(fields[2]), fields[3], fields[4] if len(fields) > 4 else ""
+        if total != plan.total or not 0 <= passed <= total or kind not in ("-", "syntax", "runtime", "memory"):
+            return verdict("sandbox", f"the harness reported {passed}/{total} {kind}")
+        return verdict(None if kind == "-" else kind, detail, passed if kind == "-" else 0)
+    if not outcome.control.startswith(b"ready\n"):
+        lines = outcome.stderr.decode("utf-8", "replace").strip().splitlines()
+        return verdict("sandbox", lines[0] if lines else "the harness did not start")
+    code = os.waitstatus_to_exitcode(outcome.status)
+    # rlimits sees a child killed by signal N as -N; bwrap reports it as 128 + N.
+    signum = -code if code < 0 else code - 128 if isolation == "bwrap" and code > 128 else 0
+    cpu_limit = limits.rlimits()[0]
+    if signum in (signal.SIGKILL, signal.SIGXCPU) and usage and usage.ru_utime + usage.ru_stime >= cpu_limit - 0.05:
+        return verdict("timeout", f"used its {cpu_limit} s of CPU")
+    if signum:
+        return verdict("killed", f"killed by {signal.Signals(signum).name}")
+    if b"MemoryError" in outcome.stderr:
+        return verdict("memory", "MemoryError")
+    return verdict("runtime", f"exited with {code} before its tests ended")
+
+
+# ---------------------------------------------------------------------------------------------------- the CLI
+def main(argv: list[str] | None = None) -> int:
+    """`python -m grpo_lab.sandbox CODE.py --tests TESTS.py`: one completion's verdict as one JSON line."""
+    parser = argparse.ArgumentParser(prog="python -m grpo_lab.sandbox", description=main.__doc__)
+    parser.add_argument("code", help="the completion's code")
+    parser.add_argument("--tests", required=True, help="assert lines, or check(candidate) with --entry-point")
+    parser.add_argument("--entry-point", default=None, help="the function the tests' check(candidate) receives")
+    parser.add_argument("--isolation", choices=ISOLATIONS, default="bwrap")
+    parser.add_argument("--timeout", type=float, default=Limits.timeout, help="wall-clock seconds")
+    options = parser.parse_args(argv)
+    try:
+        with open(options.code) as code, open(options.tests) as tests:
+            verdict = run(
+                code.read(),
+                tests.read(),
+                entry_point=options.entry_point,
+                limits=Limits(timeout=options.timeout),
+                isolation=options.isolation,
+            )
+    except (GrpoLabError, OSError) as e:
+        print(f"Error: {describe(e)}", file=sys.stderr)
+        return 1
+    sys.stderr.write(verdict.stdout + verdict.stderr)  # what the completion printed, to debug it by hand
+    print(json.dumps(verdict.summary()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
