@@ -78,15 +78,30 @@ def test_syntax_error(isolation: str) -> None:
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_a_check_function_is_one_test(isolation: str) -> None:
+def test_each_assert_of_a_check_function_is_a_test(isolation: str) -> None:
+    """HumanEval's layout: check(candidate) and an entry point; the reward is the share of its asserts that pass."""
     needs(isolation)
-    tests = "def check(candidate):\n    assert candidate(3) == 9\n    assert candidate(-2) == 4\n"
+    tests = "LIMIT = 3\ndef check(candidate):\n    assert candidate(3) == 9\n    assert True\n"
+    tests += "    assert candidate(0) == 0\n"
+    tests += "    for x in range(LIMIT):\n        assert candidate(-x) == x * x\n"
     good = run(SQUARE, tests, entry_point="f", limits=LIMITS, isolation=isolation)
-    assert (good.passed, good.total, good.error, good.reward) == (1, 1, None, 1.0)
-    bad = run("def f(x):\n    return 2 * x\n", tests, entry_point="f", limits=LIMITS, isolation=isolation)
-    assert (bad.passed, bad.total, bad.error, bad.reward) == (0, 1, None, 0.0)
+    assert (good.passed, good.total, good.error, good.reward) == (3, 3, None, 1.0)  # `assert True` tests nothing
+    bad = run("def f(x):\n    return 3 * x\n", tests, entry_point="f", limits=LIMITS, isolation=isolation)
+    assert (bad.passed, bad.total, bad.error) == (2, 3, None)  # f(3) == 9 and f(0) == 0
     missing = run("def g(x):\n    return x * x\n", tests, entry_point="f", limits=LIMITS, isolation=isolation)
-    assert (missing.passed, missing.reward) == (0, 0.0) and "defines no f" in missing.detail
+    assert (missing.passed, missing.reward) == (0, 0.0) and "name 'f' is not defined" in missing.detail
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_check_function_that_cannot_be_split_is_one_test(isolation: str) -> None:
+    needs(isolation)
+    tests = "def check(candidate):\n    if candidate(0) != 0:\n        return\n    assert candidate(3) == 9\n"
+    good = run(SQUARE, tests, entry_point="f", limits=LIMITS, isolation=isolation)
+    assert (good.passed, good.total, good.error) == (1, 1, None)
+    bad = run("def f(x):\n    return 2 * x\n", tests, entry_point="f", limits=LIMITS, isolation=isolation)
+    assert (bad.passed, bad.total) == (0, 1)
+    missing = run("def g(x):\n    return x * x\n", tests, entry_point="f", limits=LIMITS, isolation=isolation)
+    assert missing.passed == 0 and "defines no f" in missing.detail
 
 
 def test_setup_lines_are_not_tests_and_a_failing_one_fails_the_rest(bwrap: None) -> None:

@@ -35,9 +35,10 @@ def check(cfg: DictConfig, *, prompts: int, verbose: bool) -> None:
         written = reward_check.write(result, run_dir)
     except Exception as e:
         sys.exit(report(e, verbose=verbose))
+    notes = "".join(f"{line}\n" for line in result.notes())
     print(
         f"\n== grpo_lab reward check: {result.prompts} prompts x {result.generations} completions of the untrained "
-        f"model, {result.seconds:.0f} s ==\n{reward_check.table(result)}\n\n{result.verdict}\n"
+        f"model, {result.seconds:.0f} s ==\n{reward_check.table(result)}\n\n{result.verdict}\n{notes}"
         f"Written: {', '.join(str(p) for p in written)}",
         flush=True,
     )

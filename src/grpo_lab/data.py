@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grpo_lab.config import ArithmeticData, DataConfig, Gsm8kData, JsonlData
+from grpo_lab.config import ArithmeticData, CodeJsonlData, DataConfig, Gsm8kData, HumanEvalData, JsonlData
 from grpo_lab.errors import DataError
 from grpo_lab.hub import hub_endpoint, hub_offline, hub_reachable
 from grpo_lab.rewards.parsing import normalize_reference, parse_number
@@ -60,6 +60,7 @@ class WorkedExample:
     answer: str
 
     def completion(self) -> str:
+        """The assistant's turn."""
         return format_completion(self.reasoning, self.answer)
 
 
@@ -120,20 +121,22 @@ WORKED_EXAMPLES: tuple[WorkedExample, ...] = (
 
 
 # ---------------------------------------------------------------------------------------------- prompts
-def build_prompt(question: str, system_prompt: str, num_shots: int) -> list[Message]:
-    """The conversation for one question: system prompt, ``num_shots`` worked examples, then the question.
+def build_prompt(
+    question: str, system_prompt: str, num_shots: int, shots: Sequence[WorkedExample] = WORKED_EXAMPLES
+) -> list[Message]:
+    """The conversation for one question: system prompt, ``num_shots`` of the worked ``shots``, then the question.
 
     An empty system prompt adds no system message (a blank one only changes what some chat templates render).
     """
-    if not 0 <= num_shots <= len(WORKED_EXAMPLES):
+    if not 0 <= num_shots <= len(shots):
         raise DataError(
-            f"`data.num_shots` must be between 0 and {len(WORKED_EXAMPLES)} "
+            f"`data.num_shots` must be between 0 and {len(shots)} "
             f"(the number of built-in worked examples), got {num_shots}."
         )
     messages: list[Message] = []
     if system_prompt.strip():
         messages.append({"role": "system", "content": system_prompt})
-    for shot in WORKED_EXAMPLES[:num_shots]:
+    for shot in shots[:num_shots]:
         messages.append({"role": "user", "content": shot.question})
         messages.append({"role": "assistant", "content": shot.completion()})
     messages.append({"role": "user", "content": question})
@@ -148,11 +151,12 @@ def _features() -> Features:
     return Features({"prompt": List(message), "question": Value("string"), "answer": Value("string")})
 
 
-def _to_dataset(rows: list[Row]) -> Dataset:
+def _to_dataset(rows: list[Row], features: Features | None = None) -> Dataset:
     from datasets import Dataset
 
-    columns = {name: [row[name] for row in rows] for name in ("prompt", "question", "answer")}
-    return Dataset.from_dict(columns, features=_features())
+    features = features or _features()
+    columns = {name: [row[name] for row in rows] for name in features}
+    return Dataset.from_dict(columns, features=features)
 
 
 def _cap(rows: list[Row], size: int | None, seed: int, split: str) -> list[Row]:
@@ -184,11 +188,11 @@ def _split(rows: list[Row], eval_fraction: float, seed: int, source: str) -> tup
     return [r for i, r in enumerate(rows) if i not in held_out], [r for i, r in enumerate(rows) if i in held_out]
 
 
-def _pair(train: list[Row], eval_: list[Row], cfg: DataConfig) -> DatasetPair:
+def _pair(train: list[Row], eval_: list[Row], cfg: DataConfig, features: Features | None = None) -> DatasetPair:
     """Apply the size caps and build the two datasets (rows stay plain Python until here: it is faster)."""
     return DatasetPair(
-        _to_dataset(_cap(train, cfg.train_size, cfg.seed, "train")),
-        _to_dataset(_cap(eval_, cfg.eval_size, cfg.seed, "eval")),
+        _to_dataset(_cap(train, cfg.train_size, cfg.seed, "train"), features),
+        _to_dataset(_cap(eval_, cfg.eval_size, cfg.seed, "eval"), features),
     )
 
 
@@ -473,4 +477,10 @@ def load_datasets(cfg: DataConfig) -> DatasetPair:
         return _load_local(cfg, cfg.path) if cfg.path is not None else _load_hub(cfg)
     if isinstance(cfg, JsonlData):
         return _load_local(cfg, cfg.path)
-    raise DataError(f"Unknown data config {type(cfg).__name__}: expected arithmetic, gsm8k or jsonl.")
+    if isinstance(cfg, HumanEvalData | CodeJsonlData):
+        from grpo_lab import code_data
+
+        return code_data.load(cfg)
+    raise DataError(
+        f"Unknown data config {type(cfg).__name__}: expected arithmetic, gsm8k, jsonl, humaneval or code_jsonl."
+    )

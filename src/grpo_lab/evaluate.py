@@ -2,18 +2,21 @@
 
 Each grader's metric is the share of gradable items that pass, with its 95% Wilson interval and, between the
 evaluations before and after training on the same items, the paired change; `mean_length` is the mean
-completion length in tokens.
+completion length in tokens. With `eval.samples=n`, each item is also sampled n times and graded: pass@k for each k
+of `eval.pass_k` (the unbiased estimator, grpo_lab.stats.pass_at_k), its mean over items with a 95% t-interval, and
+the paired change of those per-item values before -> after.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_lab.config import EvalConfig
+from grpo_lab.config import EvalConfig, pass_k_name
 from grpo_lab.graders import Grader, as_completions, columns, item_value
-from grpo_lab.stats import paired_change, wilson
+from grpo_lab.stats import paired_change, pass_at_k, seed_mean, wilson
 
 
 @dataclass(frozen=True)
@@ -21,12 +24,16 @@ class EvalResult:
     shares: dict[str, float]  # grader name -> share of the gradable items that pass (nan: none gradable)
     num_samples: int
     mean_length: float  # completion tokens
-    # One per item, in the eval set's order: item, question, answer, completion, and 1/0/None per grader.
+    # One per item, in the eval set's order: item, question, answer, completion, and 1/0/None per grader (and, with
+    # eval.samples, `sampled`: how many of the item's samples passed each grader).
     samples: list[dict[str, Any]]
+    # eval.samples: pass@k metric name (grpo_lab.evaluate.pass_k_name) -> per gradable item, its pass@k estimate.
+    pass_k: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
     def scores(self) -> dict[str, float]:
         """The metrics an objective can name: what a periodic evaluation reports."""
-        return {**self.shares, "mean_length": self.mean_length}
+        means = {name: seed_mean(values).mean for name, values in self.pass_k.items()}
+        return {**self.shares, **means, "mean_length": self.mean_length}
 
     def outcomes(self, name: str) -> list[bool]:
         """Per gradable item, whether it passed grader `name`."""
@@ -40,6 +47,10 @@ class EvalResult:
         for name in self.shares:
             outcomes = self.outcomes(name)
             out[f"{prefix}/{name}_ci_low"], out[f"{prefix}/{name}_ci_high"] = wilson(sum(outcomes), len(outcomes))
+        for name, values in self.pass_k.items():  # a mean of per-item estimates: Student's t over the items, in [0, 1]
+            interval = seed_mean(values)
+            out[f"{prefix}/{name}_ci_low"] = max(0.0, interval.ci_low)
+            out[f"{prefix}/{name}_ci_high"] = min(1.0, interval.ci_high)
         return out | {f"{prefix}/num_samples": float(self.num_samples)}
 
 
@@ -59,6 +70,14 @@ def change_metrics(before: EvalResult, after: EvalResult) -> dict[str, float]:
             f"eval_change/{name}_gained": float(change.gained),
             f"eval_change/{name}_lost": float(change.lost),
         }
+    for name, after_values in after.pass_k.items():  # the same items in the same order, before and after
+        if len(before.pass_k.get(name, ())) == len(after_values):
+            change = seed_mean([a - b for a, b in zip(after_values, before.pass_k[name], strict=True)])
+            out |= {
+                f"eval_change/{name}": change.mean,
+                f"eval_change/{name}_ci_low": change.ci_low,
+                f"eval_change/{name}_ci_high": change.ci_high,
+            }
     return out
 
 
@@ -110,10 +129,12 @@ def evaluate(
     graders: Sequence[Grader],
     order: list[int] | None = None,
     watch: Callable[[list[dict[str, Any]]], bool] | None = None,
+    sampled: bool = True,
 ) -> EvalResult:
     """Greedy completions of every item, graded. `order`: evaluate the items in this order (a per-item pruner
     wants them shuffled per trial); `watch`: called with each batch's graded samples, stops the evaluation
     when it returns True (the result then holds the items evaluated so far). Samples come back in item order.
+    `sampled`: also pass@k, when `cfg.samples` is set (a periodic evaluation leaves it out).
     """
     order = list(range(len(dataset))) if order is None else order
     data_columns = columns(dataset)
@@ -137,12 +158,54 @@ def evaluate(
             batches.close()  # leaves generation, restoring the model's training mode
             break
     samples.sort(key=lambda s: s["item"])
+    pass_k = {}
+    if sampled and cfg.samples is not None and samples and graders:
+        pass_k = _sample_pass_k(model, tokenizer, dataset, cfg, desc, graders, samples)
     return EvalResult(
         shares={g.name: _share([s[g.name] for s in samples]) for g in graders},
         num_samples=len(samples),
         mean_length=sum(lengths) / len(lengths) if lengths else 0.0,
         samples=samples,
+        pass_k=pass_k,
     )
+
+
+def _sample_pass_k(
+    model: Any,
+    tokenizer: Any,
+    dataset: Any,
+    cfg: EvalConfig,
+    desc: str,
+    graders: Sequence[Grader],
+    samples: list[dict[str, Any]],
+) -> dict[str, list[float]]:
+    """`cfg.samples` sampled completions of each evaluated item, graded: each sample row gets `sampled` (passes per
+    grader); returns the first grader's (the headline's) pass@k per-item estimates, over the items it could grade."""
+    n, items = cfg.samples, [s["item"] for s in samples]
+    prompts = [dataset["prompt"][i] for i in items]
+    data_columns = columns(dataset)
+    sampling = {"do_sample": True, "temperature": cfg.sample_temperature, "num_return_sequences": n}
+    batches = generate(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=cfg.max_new_tokens,
+        batch_size=max(1, cfg.batch_size // n),
+        desc=f"{desc}, {n} samples",
+        sampling=sampling,
+    )
+    texts = [text for batch in batches for text, _ in batch]
+    repeated = [i for i in items for _ in range(n)]
+    graded = _grade(graders, repeated, texts, [p for p in prompts for _ in range(n)], data_columns)
+    names, first = [g.name for g in graders], graders[0].name
+    out: dict[str, list[float]] = {pass_k_name(first, k, names): [] for k in cfg.pass_k}
+    for j, sample in enumerate(samples):
+        own = graded[j * n : (j + 1) * n]
+        sample["sampled"] = {g: None if own[0][g] is None else sum(s[g] or 0 for s in own) for g in names}
+        if sample["sampled"][first] is not None:
+            for k in cfg.pass_k:
+                out[pass_k_name(first, k, names)].append(pass_at_k(n, sample["sampled"][first], k))
+    return out
 
 
 def _grade(

@@ -10,11 +10,13 @@ whether the groups vary. `python -m grpo_lab.check_rewards [the run's overrides]
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from grpo_lab import data as data_mod
 from grpo_lab import files, models
@@ -52,6 +54,25 @@ class RewardCheck:
     verdict: str
     diagnosis: str | None  # without a signal: why, and what to change (health.no_signal_diagnosis)
     seconds: float
+    # Per reward that runs the problems' tests (grpo_lab.rewards.code.tests): the share of completions that pass at
+    # least one test, and all of them: whether the untrained model gets any test right.
+    tests_passed: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def notes(self) -> list[str]:
+        """One line per test-running reward: does the untrained model get any test right?"""
+        lines = []
+        for name, share in self.tests_passed.items():
+            if share["any"] == 0:
+                lines.append(
+                    f"{name}: no completion passes a single test: the tests reward gives GRPO nothing until the model "
+                    f"writes working code (an easier data set, more worked examples, or a larger model)."
+                )
+            else:
+                lines.append(
+                    f"{name}: {100 * share['any']:.0f}% of the completions pass at least one test, "
+                    f"{100 * share['all']:.0f}% pass all of them."
+                )
+        return lines
 
 
 def _stats(name: str, weight: float, groups: list[list[float | None]]) -> RewardStats:
@@ -132,7 +153,23 @@ def check(cfg: RunConfig, cache_dir: Path, *, prompts: int, seed: int | None = N
         extra = {c: [row[c]] * g for c in columns}
         for reward in rewards:
             per_reward[reward.__name__].append(reward(completions=completions, prompts=[row["prompt"]] * g, **extra))
-    return assess(per_reward, cfg.reward.weights, time.monotonic() - started)
+    result = assess(per_reward, cfg.reward.weights, time.monotonic() - started)
+    return dataclasses.replace(result, tests_passed=_tests_passed(rewards, per_reward))
+
+
+def _tests_passed(rewards: list[Any], per_reward: dict[str, list[list[float | None]]]) -> dict[str, dict[str, float]]:
+    from grpo_lab.rewards.code import tests
+
+    out = {}
+    for reward in rewards:
+        if reward.func is tests:
+            scores = [v for group in per_reward[reward.__name__] for v in group if v is not None]
+            if scores:
+                out[reward.__name__] = {
+                    "any": sum(v > 0 for v in scores) / len(scores),
+                    "all": sum(v == 1 for v in scores) / len(scores),
+                }
+    return out
 
 
 def table(result: RewardCheck) -> str:

@@ -240,6 +240,15 @@ def tasks_of(uid, os):
     return count
 
 
+# Builtins left out of the seal's imports: _elementtree imports xml.etree and re (7 of the 11 ms all the others
+# take); without it, ElementTree falls back to its pure-Python code (the refusal is an ImportError).
+LAZY = frozenset(("_elementtree",))
+
+
+def refuse_import(*args, **kwargs):
+    raise ImportError("refused by the grpo_lab sandbox: a builtin module imported after the seal")
+
+
 def seal(_imp, _signal, os, sys, refuse):
     # Ways around the audit hook that raise no audit event of their own, closed before the completion runs.
     import _warnings
@@ -248,12 +257,12 @@ def seal(_imp, _signal, os, sys, refuse):
     _warnings.filters.insert(0, quiet)
     _warnings._filters_mutated()
     for name in sys.builtin_module_names:  # later imports of builtins come from sys.modules ...
-        if not blocked(name):
+        if not blocked(name) and name not in LAZY:
             __import__(name)
     _warnings.filters.remove(quiet)
     _warnings._filters_mutated()
     import types  # its import reads a traceback's tb_frame (for FrameType), which the hook then refuses
-    _imp.create_builtin = refuse  # ... so no fresh, unsealed copy of _signal or posix can be made
+    _imp.create_builtin = refuse_import  # ... so no fresh, unsealed copy of _signal or posix can be made
     for name in ("signal", "alarm", "setitimer"):  # a Python signal handler is handed the running frame
         setattr(_signal, name, refuse)
     os.register_at_fork = sys.modules["posix"].register_at_fork = lambda **hooks: None  # nothing runs in forks
@@ -314,27 +323,64 @@ main(int(sys.argv[1]))
 class _Plan:
     segments: tuple[tuple[str, bool], ...]  # (source, is it a test?), run in order
     total: int
+    call: str | None = None  # an entry point the harness hands to check(candidate) after the segments, as one test
 
 
 def _plan(tests: str, entry_point: str | None) -> _Plan:
-    """The tests as the harness runs them: each top-level assert is a test, anything else is setup; with an entry
-    point, the tests define ``check(candidate)`` and are one test."""
+    """The tests as the harness runs them: each top-level statement that asserts is a test, anything else setup.
+
+    With an entry point, the tests define ``check(candidate)`` (HumanEval's layout): its body's statements become the
+    segments, after the file's other statements and ``candidate = <entry_point>``, so that the reward is the share
+    of its asserts that pass, not all or nothing. A ``check`` whose body cannot stand at the top level (a ``return``)
+    or asserts nothing itself is one test, called as a whole.
+    """
     try:
         module = ast.parse(tests)
     except SyntaxError as e:
         raise SandboxError(f"the tests do not parse: {e.msg} (line {e.lineno})") from None
     if entry_point is not None:
-        if not any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in module.body):
+        if not entry_point.isidentifier():
+            raise SandboxError(f"entry_point={entry_point!r} is not a Python name")
+        checks = [n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
+        if not checks:
             raise SandboxError(f"entry_point={entry_point!r} needs tests that define check(candidate)")
-        return _Plan(((tests, False),), 1)
-    # One statement per segment, on its own line as in the file, so that tracebacks name the right line.
-    segments = tuple(
-        ("\n" * (node.lineno - 1) + ast.unparse(node), isinstance(node, ast.Assert)) for node in module.body
-    )
+        body = checks[-1].body
+        if any(isinstance(n, ast.Return) for s in body for n in _outside_functions(s)) or not any(map(_asserts, body)):
+            return _Plan(((tests, False),), 1, entry_point)
+        nodes = [n for n in module.body if n is not checks[-1]]
+        setup = [(_segment(n), False) for n in nodes] + [(f"candidate = {entry_point}", False)]
+        segments = (*setup, *((_segment(n), _asserts(n)) for n in body))
+    else:
+        segments = tuple((_segment(node), _asserts(node)) for node in module.body)
     total = sum(is_test for _, is_test in segments)
     if not total:
         raise SandboxError("the tests have no top-level assert: give assert lines, or check(candidate) and entry_point")
-    return _Plan(segments, total)
+    return _Plan(tuple(segments), total)
+
+
+def _segment(node: ast.stmt) -> str:
+    """One statement on its own line as in the file, so that tracebacks name the right line."""
+    return "\n" * (node.lineno - 1) + ast.unparse(node)
+
+
+def _asserts(node: ast.stmt) -> bool:
+    """Whether a statement is (or holds, in a loop or a branch) an assert of its own: then it is a test. HumanEval's
+    ``assert True, "..."`` lines test nothing: any code passes them."""
+    return any(isinstance(n, ast.Assert) and not isinstance(n.test, ast.Constant) for n in _outside_functions(node))
+
+
+def _outside_functions(node: ast.AST) -> Iterable[ast.AST]:
+    """The nodes of a statement, not looking into the functions and classes it defines."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            yield from _outside_functions(child)
+
+
+def check_tests(tests: str, entry_point: str | None = None) -> int:
+    """The number of tests in `tests`; raises a one-line :class:`SandboxError` when the sandbox could not run them
+    (they do not parse, assert nothing, or name an entry point without defining ``check(candidate)``)."""
+    return _plan(tests, entry_point).total
 
 
 # ---------------------------------------------------------------------------------------- isolation and launch
@@ -355,7 +401,7 @@ def check_isolation(isolation: str) -> str:
         if isolation not in _checked:
             if shutil.which("bwrap") is None:
                 raise SandboxError(NO_BWRAP)
-            probe = _execute("x = 1", _plan("assert x == 1", None), None, Limits(timeout=30), "bwrap")
+            probe = _execute("x = 1", _plan("assert x == 1", None), Limits(timeout=30), "bwrap")
             if probe.passed != 1:
                 raise SandboxError(
                     f"bubblewrap could not start the sandbox ({probe.detail or probe.error}): fix it "
@@ -467,7 +513,7 @@ def run(
     """Run `code`, then `tests` (assert lines, or ``check(candidate)`` with `entry_point`), in a sandbox."""
     plan = _plan(tests, entry_point)
     check_isolation(isolation)
-    return _execute(code, plan, entry_point, limits or Limits(), isolation)
+    return _execute(code, plan, limits or Limits(), isolation)
 
 
 def run_many(
@@ -482,7 +528,7 @@ def run_many(
     jobs = []
     for code, tests, *rest in items:
         entry_point = rest[0] if rest else None
-        jobs.append((code, _plan(tests, entry_point), entry_point))
+        jobs.append((code, _plan(tests, entry_point)))
     check_isolation(isolation)
     limits = limits or Limits()
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
@@ -490,10 +536,10 @@ def run_many(
         return list(pool.map(lambda job: _execute(*job, limits, isolation), jobs))
 
 
-def _execute(code: str, plan: _Plan, entry_point: str | None, limits: Limits, isolation: str) -> Verdict:
+def _execute(code: str, plan: _Plan, limits: Limits, isolation: str) -> Verdict:
     """One call: start the harness, hand it the payload on its control socket, watch it, judge what came back."""
     nonce = secrets.token_hex(16)
-    payload = marshal.dumps((nonce, code, plan.segments, entry_point, limits.rlimits()), 4)
+    payload = marshal.dumps((nonce, code, plan.segments, plan.call, limits.rlimits()), 4)
     ours, theirs = socket.socketpair()
     workdir = call_id = None
     outcome = _Outcome()

@@ -141,3 +141,17 @@ def welch_p(a: Sequence[float], b: Sequence[float]) -> float:
     if max(a) == min(a) and max(b) == min(b):
         return 1.0 if a[0] == b[0] else 0.0
     return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k from n samples of which c pass (Chen et al. 2021, "Evaluating Large Language
+    Models Trained on Code"): 1 - C(n - c, k) / C(n, k), the chance that k of the n samples hold a pass.
+
+    >>> pass_at_k(10, 0, 5), pass_at_k(10, 10, 1), pass_at_k(4, 1, 1), round(pass_at_k(10, 1, 5), 3)
+    (0.0, 1.0, 0.25, 0.5)
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))

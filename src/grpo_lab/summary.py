@@ -66,6 +66,11 @@ def _change(m: dict[str, Any], name: str) -> list[str]:
     key = f"eval_change/{name}"
     if not isinstance(m.get(key), int | float) or math.isnan(m[key]):
         return []
+    if f"{key}_p_value" not in m:  # a sampled pass@k: the mean of per-item changes, with its t-interval
+        return [
+            f"               change {100 * m[key]:+.1f} pts [{100 * m[f'{key}_ci_low']:+.0f}, "
+            f"{100 * m[f'{key}_ci_high']:+.0f}] (mean of the items' paired changes)"
+        ]
     p = m[f"{key}_p_value"]
     verdict = "a real change at 95%" if p < ALPHA else "not distinguishable from no change"
     return [
@@ -99,6 +104,19 @@ def _health(events: list[dict[str, Any]]) -> list[str]:
     return [f"  {'health' if i == 0 else '':<12} {e['action']}: {e['message']}" for i, e in enumerate(events)]
 
 
+def _sandbox(m: dict[str, Any]) -> list[str]:
+    """Where the code rewards ran model-written code, when they did (reward.sandbox)."""
+    isolated = m.get("sandbox/isolated")
+    if isolated is None:
+        return []
+    if isolated:
+        return ["  sandbox      bubblewrap: model-written code ran isolated (no network, read-only system)"]
+    return [
+        "  sandbox      NOT ISOLATED: model-written code ran with rlimits only (reward.sandbox.isolation=rlimits); "
+        "it could reach the network and this user's files"
+    ]
+
+
 def format_trial(result: Any, number: int, summary_file: Any) -> str:
     """One line per sweep trial (its full summary is in the trial folder): the sweep's table comes last."""
     m = result.metrics
@@ -123,6 +141,7 @@ def format_run(result: Any) -> str:
         *_graded(m),
         f"  objective    {result.objective_metric} = {_num(result.objective, 4)}",
         *_health(result.health),
+        *_sandbox(m),
         f"  time         {_num(result.durations.get('total'), 1)} s (train {_num(result.durations.get('train'), 1)} s)",
         f"  run folder   {result.run_dir}",
     ]

@@ -158,12 +158,17 @@ def _set_up(cfg: RunConfig, ctx: RunContext) -> _Job:
     graders = build_graders(cfg.eval.graders)
     if cfg.eval.before or cfg.eval.after or cfg.eval.every_n_steps:
         check_can_judge(graders, pair.eval)
+    if cfg.reward.sandbox is not None:  # bubblewrap missing or broken: one line now, not at the first step
+        from grpo_lab.sandbox import check_isolation
+
+        check_isolation(cfg.reward.sandbox.isolation)
+    unisolated = ["sandbox-unisolated"] if cfg.reward.sandbox and cfg.reward.sandbox.isolation != "bwrap" else []
     tracker = Tracker(
         cfg.logger,
         run_dir=ctx.run_dir,
         name=ctx.run_name,
         group=ctx.group,
-        tags=[cfg.name, *cfg.logger.tags, *ctx.extra_tags],
+        tags=[cfg.name, *cfg.logger.tags, *ctx.extra_tags, *unisolated],
     )
     grpo_args = to_grpo_config(
         cfg, output_dir=str(RunFolder(ctx.run_dir).trainer_dir), report_to=tracker.report_to, run_name=ctx.run_name
@@ -198,6 +203,16 @@ class Recorder:
         job = self.job
         if self.main:
             self.folder.write_start(job.ctx.resolved_config, job.ctx.overrides)
+        if (sandbox := job.cfg.reward.sandbox) is not None:  # metrics.json, the summary and W&B say where code ran
+            isolated = sandbox.isolation == "bwrap"
+            self.metrics["sandbox/isolated"] = float(isolated)
+            self.extra["sandbox"] = {"isolation": sandbox.isolation, "isolated": isolated}
+            if not isolated:
+                log.warning(
+                    "reward.sandbox.isolation=%s: model-written code runs NOT isolated (rlimits only): it can reach "
+                    "the network and this user's files. Install bubblewrap (apt-get install bubblewrap) to isolate it.",
+                    sandbox.isolation,
+                )
         if job.resume is not None:
             self.extra["resumed_from"] = {"checkpoint": str(job.resume.checkpoint), "step": job.resume.step}
             log.info("Resuming from %s (step %d).", job.resume.checkpoint, job.resume.step)
@@ -480,7 +495,9 @@ def _callbacks(job: _Job, recorder: Recorder, reporter: Any, outcome: Outcome) -
 
     found: list[Any] = [callbacks.HistoryWriter(recorder)]
     if job.main:
-        run_eval = functools.partial(evaluate, dataset=job.pair.eval, cfg=job.cfg.eval, graders=job.graders)
+        run_eval = functools.partial(
+            evaluate, dataset=job.pair.eval, cfg=job.cfg.eval, graders=job.graders, sampled=False
+        )
         found.append(callbacks.PeriodicEval(job.cfg.eval.every_n_steps, run_eval, recorder, reporter, outcome))
         watch = callbacks.HealthWatch(health.Monitor(job.cfg.health), recorder, outcome)
         found.append(watch)

@@ -25,6 +25,10 @@ BUILTIN_REWARDS: dict[str, str] = {
     "xmlcount": "grpo_lab.rewards.format.xmlcount",
     "regex_format": "grpo_lab.rewards.format.regex_format",
     "length": "grpo_lab.rewards.length.length",
+    "syntax": "grpo_lab.rewards.code.syntax",
+    "tests": "grpo_lab.rewards.code.tests",
+    "complexity": "grpo_lab.rewards.code.complexity",
+    "fenced_block": "grpo_lab.rewards.code.fenced_block",
 }
 
 

@@ -97,7 +97,7 @@ class GrpoOptunaSweeper(Sweeper):
         """Check the settings, open the storage and the study: the sweep's plan."""
         import optuna
 
-        from grpo_lab.config import check_metric_name
+        from grpo_lab.config import check_metric_name, eval_metric_names
         from grpo_lab.paths import config_groups
         from grpo_lab.sweep.plan import Plan
         from grpo_lab.sweep.space import expand_wildcards, parse_space
@@ -108,7 +108,9 @@ class GrpoOptunaSweeper(Sweeper):
         check_settings(s)  # each hydra.sweeper.* value against its declared choices and range
         metrics = [o.metric for o in s.objectives]
         for metric in metrics:
-            check_metric_name(metric, list(self.config.eval.graders))
+            evaluation = self.config.eval
+            known = eval_metric_names(list(evaluation.graders), evaluation.get("samples"), evaluation.get("pass_k", ()))
+            check_metric_name(metric, known)
         params = expand_wildcards(OmegaConf.to_container(s.params) or {}, self.config)
         space = parse_space(params, arguments, config_groups())
         distributions = {p.name: p.distribution for p in space.params}
