@@ -9,6 +9,7 @@ records exactly which of them it cannot stop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -168,7 +169,42 @@ def test_run_many_keeps_the_order_and_runs_side_by_side(bwrap: None) -> None:
     assert [v.passed for v in verdicts] == [1, 0, 0, 0]  # only the first returns 0: the order is kept
     items[2] = (items[2][0].replace("return 2", "return 0"), items[2][1])
     assert [v.passed for v in run_many(items, workers=2, limits=LIMITS)] == [1, 0, 1, 0]
-    assert seconds < 4 * 0.4  # one after another would take 1.6 s and more
+    assert seconds < sum(v.seconds for v in verdicts)  # side by side: less than the calls one after another
+
+
+LISTS_TMP = "def f(x):\n    import os\n    return os.listdir('/tmp')\n"
+# The pids of this sandbox's other processes: the harness is 1, this completion is itself; anything else was left.
+LISTS_PROCESSES = (
+    "def f(x):\n    import os\n    found = []\n    for pid in range(2, 300):\n        if pid != os.getpid():\n"
+    "            try:\n                os.kill(pid, 0)\n                found.append(pid)\n"
+    "            except ProcessLookupError:\n                pass\n    return found\n"
+)
+
+
+def test_one_sandbox_serves_a_workers_completions_and_cleans_between_them(bwrap: None) -> None:
+    """Under bubblewrap a worker's completions run one after another in one sandbox: what one leaves behind (a file in
+    /tmp, a daemon) is gone before the next starts, and one that times out is replaced by a fresh sandbox."""
+    leaves = (
+        WRONG + "open('/tmp/left', 'w').write('x')\nimport os, time\nif os.fork() == 0:\n    os.setsid()\n"
+        "    if os.fork() == 0:\n        time.sleep(30)\n    os._exit(0)\nos.wait()\n"
+    )
+    items = [
+        (leaves, ASSERTS),
+        (LISTS_TMP, "assert f(0) == []\n"),
+        (LISTS_PROCESSES, "assert f(0) == []\n"),
+        ("while True:\n    pass\n", ASSERTS),
+        (SQUARE, ASSERTS),
+        (LISTS_TMP, "assert f(0) == []\n"),
+    ]
+    verdicts = run_many(items, workers=1, limits=LIMITS)
+    assert [(v.passed, v.total, v.error) for v in verdicts] == [
+        (0, 3, None),
+        (1, 1, None),
+        (1, 1, None),
+        (0, 3, "timeout"),
+        (3, 3, None),
+        (1, 1, None),
+    ], [v.detail for v in verdicts]
 
 
 def test_tests_that_cannot_run_are_one_line_errors() -> None:
@@ -219,6 +255,13 @@ def test_the_command_line_prints_one_json_line(isolation: str, tmp_path: Path) -
 # Placeholders, filled per test: PORT (a loopback server), HOME_PROBE / REPO_PROBE (files that must not appear),
 # SECRET_FILE (a file in the home folder holding a secret).
 WRONG = "def f(x):\n    return 0\n"
+# The two pids above the completion's process (the harness, then the caller: the throwaway trainer), read from /proc
+# (none where there is none). Never further: as root, killing every ancestor would take the test runner down.
+ANCESTORS = (
+    "def ancestors():\n    found, pid = [], os.getppid()\n    while pid > 1 and len(found) < 2:\n        found.append(pid)\n"
+    "        try:\n            pid = int(open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()[1])\n"
+    "        except OSError:\n            break\n    return found\n"
+)
 HOSTILE: dict[str, tuple[str, str, str | None]] = {
     "infinite_loop": ("while True:\n    pass\n", ASSERTS, None),
     # 2**7 processes at most, so that a sandbox that cannot cap processes does not take the machine down.
@@ -244,10 +287,11 @@ HOSTILE: dict[str, tuple[str, str, str | None]] = {
         ASSERTS,
         None,
     ),
+    # Every ancestor's environment: the parent is the sandbox's harness, the trainer is further up.
     "secret_environ": (
-        WRONG + "import os\nprint(dict(os.environ))\n"
-        "for path in ('/proc/%d/environ' % os.getppid(), '/proc/1/environ', '/proc/self/environ'):\n"
-        "    try:\n        print(path, open(path, 'rb').read())\n    except OSError as e:\n        print(path, e)\n",
+        WRONG + "import os\nprint(dict(os.environ))\n" + ANCESTORS + "for pid in [*ancestors(), 1, 'self']:\n"
+        "    try:\n        print(pid, open('/proc/%s/environ' % pid, 'rb').read())\n    except OSError as e:\n"
+        "        print(pid, e)\n",
         ASSERTS,
         None,
     ),
@@ -263,7 +307,13 @@ HOSTILE: dict[str, tuple[str, str, str | None]] = {
         ASSERTS,
         None,
     ),
-    "kill_parent": (WRONG + "import os, time\nos.kill(os.getppid(), 9)\ntime.sleep(0.2)\n", ASSERTS, None),
+    # Its parent, then every ancestor it can find (the trainer is the harness's parent).
+    "kill_parent": (
+        WRONG + "import os, time\n" + ANCESTORS + "for pid in [os.getppid(), *ancestors()]:\n    try:\n"
+        "        os.kill(pid, 9)\n    except OSError as e:\n        print(pid, e)\ntime.sleep(0.2)\n",
+        ASSERTS,
+        None,
+    ),
     "sys_exit": ("import sys\nsys.exit(0)\n" + SQUARE, ASSERTS, None),
     "os_exit": ("import os\nprint('all tests passed')\nos._exit(0)\n" + SQUARE, ASSERTS, None),
     "redefine_check": (
@@ -432,7 +482,8 @@ def attack(name: str, isolation: str, monkeypatch) -> list[str]:
         for path in (home_probe, repo_probe, secret_file):
             path.unlink(missing_ok=True)
         for process in sandbox_processes():
-            process.kill()
+            with contextlib.suppress(psutil.NoSuchProcess):  # it may end between the listing and the kill
+                process.kill()
         for folder in set(Path(tempfile.gettempdir()).glob("grpo_lab_sandbox_*")) - temporary:
             shutil.rmtree(folder, ignore_errors=True)  # a killed trainer leaves its working folder
 

@@ -1,26 +1,29 @@
-"""The one place model-written code runs: a completion and its tests in a child process, isolated and limited.
+"""The one place model-written code runs: a completion and its tests in a forked child of a sandboxed harness.
 
-Each call starts a fresh Python (``-I -S``: the standard library only, no user environment) that runs the
-completion, then its tests. With ``isolation="bwrap"`` it runs under bubblewrap: every namespace unshared (no
-network, its own pids, no further user namespaces), the system read-only, home folders and ``/run`` hidden, no
-``/proc``, nothing writable but a private size-capped tmpfs ``/tmp`` (its working folder), an empty environment, and
-it dies with its caller. As root, bubblewrap itself runs as ``nobody``: RLIMIT_NPROC never binds uid 0, not even as
-another uid inside a user namespace (measured: a limit of 5 let root fork 10 children there; as ``nobody`` the 4th
-fork failed).
-Inside, the harness sets rlimits (CPU seconds, address space, processes, file size, open files) before the completion
-runs; outside, a wall-clock deadline kills the process group (and with it the pid namespace) and output is read up to
-a cap.
+With ``isolation="bwrap"`` the harness runs under bubblewrap: every namespace unshared (no network, its own pids, no
+further user namespaces), the system read-only, home folders and ``/run`` hidden, no ``/proc``, nothing writable but a
+private size-capped tmpfs ``/tmp`` (its working folder), an empty environment, and it dies with its caller. As root,
+bubblewrap itself runs as ``nobody``: RLIMIT_NPROC never binds uid 0, not even as another uid inside a user namespace
+(measured: a limit of 5 let root fork 10 children there; as ``nobody`` the 4th fork failed). The harness (a Python
+``-I -S``: the standard library only) is the init of its pid namespace and serves one worker's completions one after
+another: each runs in a fresh fork, and between two the harness kills every other process of the namespace and
+empties ``/tmp``; a completion that times out or floods its output retires the whole sandbox, and so does its 64th.
+Bubblewrap's and Python's start-up are thus paid once per worker and batch (``benchmarks/sandbox.py``).
+In the fork, rlimits (CPU seconds, address space, processes, file size, open files) are set before the completion
+runs; outside, a wall-clock deadline kills the sandbox's process group (and with it the pid namespace) and output is
+read up to a cap.
 
-A pass is decided by a per-call nonce that only the harness knows: it arrives on a socket the harness reads to the end
-before the completion runs, and comes back on that socket, with the counts, only after every test has run. The tests
+A pass is decided by a per-call nonce that only the harness knows: it arrives, in a frame the harness reads whole
+before it forks, on a socket, and comes back on that socket, with the counts, only after every test has run. The tests
 are compiled after the completion ran and run with their own copy of the builtins, so an early exit, a patched
 ``AssertionError`` or builtin, or a ``check`` of the completion's own cannot pass. Python audit hooks are no security
-boundary (bubblewrap is); the harness's hook only refuses the ways a completion could read the nonce back out of its
-own process: frames, the garbage collector, ctypes, tracing, signal handlers, new programs and ``/proc/*/mem``.
+boundary (bubblewrap is); the fork's hook only refuses the ways a completion could read the nonce back out of its own
+process: frames, the garbage collector, ctypes, tracing, signal handlers, new programs and ``/proc/*/mem``; the
+harness is undumpable, so a completion cannot trace it either.
 
-``isolation="rlimits"`` runs the same harness without bubblewrap, as the caller's user: the completion can reach the
-network, read the caller's secrets through ``/proc``, write wherever that user can, and signal the caller;
-``tests/test_sandbox.py`` measures which hostile completions it stops.
+``isolation="rlimits"`` runs the same harness without bubblewrap, as the caller's user, one completion per harness:
+the completion can reach the network, read the caller's secrets through ``/proc``, write wherever that user can, and
+signal the caller; ``tests/test_sandbox.py`` measures which hostile completions it stops.
 
 ``python -m grpo_lab.sandbox CODE.py --tests TESTS.py`` runs one completion and prints its verdict as one JSON line.
 """
@@ -35,6 +38,7 @@ import json
 import marshal
 import math
 import os
+import re
 import secrets
 import selectors
 import shutil
@@ -117,26 +121,115 @@ class Verdict:
 
 
 # ------------------------------------------------------------------------------------------------- the harness
-# Runs inside the sandbox as `python -I -S -u -B -c _HARNESS <control fd>`. Everything it needs after the completion
-# has run is bound to a local before it runs: the completion can rebind builtins, module attributes and globals, but
-# it cannot reach this function's frame (the audit hook refuses frames to it).
+# Runs inside the sandbox as `python -I -S -u -B -c _HARNESS <control fd>`. `serve` reads one job (a frame: its length,
+# then the marshalled payload) at a time and runs it in a fork, `job`, then reports the fork's end. Under bubblewrap
+# the harness is pid 1 of its own pid namespace and serves a worker's completions one after another: between two, it
+# kills every other process of the namespace (what a completion left running) and empties /tmp, the only writable
+# place; with rlimits it runs one job and exits. The harness itself never runs model code, and is made undumpable so
+# that no completion can trace it. In `job`, everything needed after the completion has run is bound to a local
+# before it runs: the completion can rebind builtins, module attributes and globals, but it cannot reach the frames
+# (the audit hook refuses frames to it).
 _HARNESS = (
     MARKER
     + r"""
-def main(control):
-    import _imp, _signal, builtins, gc, marshal, os, resource, sys
+def serve(control):
+    import _signal, marshal, os, sys
 
-    read, write, fstat, fork, waitpid, exit_now = os.read, os.write, os.fstat, os.fork, os.waitpid, os._exit
+    read, write, fork, wait4, exit_now = os.read, os.write, os.fork, os.wait4, os._exit
+    serving = os.getpid() == 1  # bubblewrap's pid namespace, of which it is the init
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)  # an init only gets the signals it handles: Python handles this
+    preload(sys)
+    if serving:
+        undumpable(sys)
+    write(control, b"ready\n")
+    while (payload := read_frame(control, read)) is not None:  # all of it: nothing is left for the completion
+        work = marshal.loads(payload)
+        pid = fork()
+        if pid == 0:
+            try:
+                job(control, work)
+            finally:  # whatever happens in it, a job never comes back to serve
+                exit_now(1)
+        _, status, usage = wait4(pid, 0)
+        dirty = clean(os) if serving else 0
+        cpu, peak_kb = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+        write(control, ("%s done %d %.3f %d %d\n" % (work[0], status, cpu, peak_kb, dirty)).encode())
+        if not serving or dirty:
+            break
+    exit_now(0)
+
+
+def read_frame(control, read):
+    wanted, chunks, size = 4, [], None
+    while wanted:
+        chunk = read(control, min(wanted, 1 << 16))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        wanted -= len(chunk)
+        if size is None and not wanted:
+            size = wanted = int.from_bytes(b"".join(chunks), "big")
+            chunks = []
+    return b"".join(chunks)
+
+
+def undumpable(sys):
+    # The completions run as its user: without this, one could ptrace the harness and forge later completions' verdicts.
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (ImportError, OSError, AttributeError):
+        pass
+    for name in [name for name in sys.modules if name.split(".")[0] in ("ctypes", "_ctypes")]:
+        del sys.modules[name]  # no completion finds ctypes already imported
+
+
+def clean(os):
+    # Between two completions: kill what the last one left running (an init's kill(-1) spares only itself), reap it
+    # all, empty /tmp. 1 when /tmp cannot be emptied: the caller retires this sandbox.
+    try:
+        os.kill(-1, 9)
+    except OSError:
+        pass
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+    try:
+        return 0 if wipe("/tmp", os) else 1
+    except (OSError, RecursionError):
+        return 1
+
+
+def wipe(folder, os):
+    emptied = True
+    for entry in os.scandir(folder):
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.path, 0o700)
+                emptied = wipe(entry.path, os) and emptied
+                os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            emptied = False
+    return emptied
+
+
+def job(control, work):
+    import _imp, _signal, builtins, gc, os, resource, sys
+
+    write, fstat, fork, waitpid, exit_now = os.write, os.fstat, os.fork, os.waitpid, os._exit
     compile_, exec_, str_, type_, dict_ = compile, exec, str, type, dict
     BaseException_, MemoryError_, NameError_, gc_disable = BaseException, MemoryError, NameError, gc.disable
     set_recursion_limit, recursion_limit = sys.setrecursionlimit, sys.getrecursionlimit()
 
-    chunks = []
-    while chunk := read(control, 1 << 16):  # to the end: nothing is left for the completion to read
-        chunks.append(chunk)
-    nonce, code, segments, entry_point, limits = marshal.loads(b"".join(chunks))
+    nonce, code, segments, entry_point, limits = work
     control_id = (fstat(control).st_dev, fstat(control).st_ino)
-    write(control, b"ready\n")
     set_limits(limits, os, resource, _signal)
 
     class Refused(ValueError):  # a ValueError: namedtuple, enum, typing and logging tolerate it from sys._getframe
@@ -214,8 +307,8 @@ def set_limits(limits, os, resource, _signal):
     cpu, memory, processes, file_size, open_files, alarm = limits
     _signal.signal(_signal.SIGXFSZ, _signal.SIG_IGN)  # an oversized write fails with EFBIG instead of killing
     _signal.alarm(alarm)  # rlimits: ends a harness whose caller died (pid 1 under bwrap ignores it: no need)
-    # RLIMIT_NPROC counts every task of the real uid: under bwrap (no /proc) that is this harness alone.
-    tasks = 1 if not os.path.isdir("/proc/self") else 0 if os.getuid() == 0 else tasks_of(os.getuid(), os)
+    # RLIMIT_NPROC counts every task of the real uid: under bwrap (no /proc) that is the harness and this job.
+    tasks = 2 if not os.path.isdir("/proc/self") else 0 if os.getuid() == 0 else tasks_of(os.getuid(), os)
     for which, value in (
         (resource.RLIMIT_CPU, cpu),
         (resource.RLIMIT_AS, memory),
@@ -249,18 +342,22 @@ def refuse_import(*args, **kwargs):
     raise ImportError("refused by the grpo_lab sandbox: a builtin module imported after the seal")
 
 
-def seal(_imp, _signal, os, sys, refuse):
-    # Ways around the audit hook that raise no audit event of their own, closed before the completion runs.
+def preload(sys):
+    # Every builtin module, imported once by the harness: after the seal, imports of builtins come from sys.modules ...
     import _warnings
 
     quiet = ("ignore", None, DeprecationWarning, None, 0)  # spwd and the like warn as they are imported
     _warnings.filters.insert(0, quiet)
     _warnings._filters_mutated()
-    for name in sys.builtin_module_names:  # later imports of builtins come from sys.modules ...
+    for name in sys.builtin_module_names:
         if not blocked(name) and name not in LAZY:
             __import__(name)
     _warnings.filters.remove(quiet)
     _warnings._filters_mutated()
+
+
+def seal(_imp, _signal, os, sys, refuse):
+    # Ways around the audit hook that raise no audit event of their own, closed before the completion runs.
     import types  # its import reads a traceback's tb_frame (for FrameType), which the hook then refuses
     _imp.create_builtin = refuse_import  # ... so no fresh, unsealed copy of _signal or posix can be made
     for name in ("signal", "alarm", "setitimer"):  # a Python signal handler is handed the running frame
@@ -313,7 +410,7 @@ def audit_hook(Refused, blocked, str_, bytes_, int_, type_, fspath):
 
 import sys
 
-main(int(sys.argv[1]))
+serve(int(sys.argv[1]))
 """
 )
 
@@ -401,7 +498,8 @@ def check_isolation(isolation: str) -> str:
         if isolation not in _checked:
             if shutil.which("bwrap") is None:
                 raise SandboxError(NO_BWRAP)
-            probe = _execute("x = 1", _plan("assert x == 1", None), Limits(timeout=30), "bwrap")
+            with _Harness(Limits(timeout=30), "bwrap") as harness:
+                probe = harness.run("x = 1", _plan("assert x == 1", None))
             if probe.passed != 1:
                 raise SandboxError(
                     f"bubblewrap could not start the sandbox ({probe.detail or probe.error}): fix it "
@@ -513,7 +611,8 @@ def run(
     """Run `code`, then `tests` (assert lines, or ``check(candidate)`` with `entry_point`), in a sandbox."""
     plan = _plan(tests, entry_point)
     check_isolation(isolation)
-    return _execute(code, plan, limits or Limits(), isolation)
+    with _Harness(limits or Limits(), isolation) as harness:
+        return harness.run(code, plan)
 
 
 def run_many(
@@ -524,37 +623,65 @@ def run_many(
     isolation: Isolation = "bwrap",
 ) -> list[Verdict]:
     """:func:`run` for a step's completions, side by side: `items` are ``(code, tests[, entry_point])``; the
-    verdicts come back in their order. `workers` defaults to the number of CPUs."""
+    verdicts come back in their order. `workers` defaults to the number of CPUs; under bubblewrap each worker's
+    sandbox serves its completions one after another, cleaned between two."""
     jobs = []
     for code, tests, *rest in items:
-        entry_point = rest[0] if rest else None
-        jobs.append((code, _plan(tests, entry_point)))
+        jobs.append((code, _plan(tests, rest[0] if rest else None)))
     check_isolation(isolation)
     limits = limits or Limits()
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
-    with ThreadPoolExecutor(workers, thread_name_prefix="grpo_lab_sandbox") as pool:
-        return list(pool.map(lambda job: _execute(*job, limits, isolation), jobs))
+    harnesses: dict[int, _Harness] = {}  # per worker thread: bubblewrap dies with the thread that started it
 
+    def one(job: tuple[str, _Plan]) -> Verdict:
+        harness = harnesses.get(threading.get_ident())
+        if harness is None or harness.closed:
+            harness = harnesses[threading.get_ident()] = _Harness(limits, isolation)
+        return harness.run(*job)
 
-def _execute(code: str, plan: _Plan, limits: Limits, isolation: str) -> Verdict:
-    """One call: start the harness, hand it the payload on its control socket, watch it, judge what came back."""
-    nonce = secrets.token_hex(16)
-    payload = marshal.dumps((nonce, code, plan.segments, plan.call, limits.rlimits()), 4)
-    ours, theirs = socket.socketpair()
-    workdir = call_id = None
-    outcome = _Outcome()
-    start = time.monotonic()
     try:
+        with ThreadPoolExecutor(workers, thread_name_prefix="grpo_lab_sandbox") as pool:
+            return list(pool.map(one, jobs))
+    finally:
+        for harness in list(harnesses.values()):
+            harness.close()
+
+
+class _Outcome:
+    """What the parent saw of one completion."""
+
+    def __init__(self) -> None:
+        self.stdout, self.stderr, self.control = bytearray(), bytearray(), bytearray()
+        self.timed_out = self.over_output = False
+        self.done: tuple[int, float, float, int] | None = None  # the harness's report: status, CPU s, peak KiB, dirty
+
+
+_START_TIMEOUT = 30.0  # seconds for a sandbox to start (bubblewrap, Python, the builtins): ~40 ms when idle
+# Completions one sandbox serves before it is retired: what a cleaning does not reach (System V shared memory and
+# message queues of its IPC namespace) cannot pile up past this.
+_MAX_JOBS = 64
+
+
+class _Harness:
+    """One sandbox process and its pipes. Under bubblewrap it runs completions one after another until one of them
+    times out, floods its output or leaves /tmp dirty, and is then retired (killed as a whole); with rlimits it runs
+    one (outside a pid namespace nothing a completion leaves running can be found and killed as reliably)."""
+
+    def __init__(self, limits: Limits, isolation: str) -> None:
+        self.limits, self.isolation = limits, isolation
+        self.closed, self.problem, self.jobs = False, "", 0
+        self.ours, theirs = socket.socketpair()
+        self.workdir = self.call_id = None
         if isolation == "bwrap":
             argv, options = _bwrap_command(_python("bwrap"), limits), {"cwd": "/", **_unprivileged()}
             options["env"] = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # bwrap's own: no secrets
         else:
-            workdir, call_id = tempfile.mkdtemp(prefix="grpo_lab_sandbox_"), secrets.token_hex(8)
-            env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, _ENV_MARK: call_id}
-            argv, options = [_python("rlimits")], {"cwd": workdir, "env": env}
+            self.workdir, self.call_id = tempfile.mkdtemp(prefix="grpo_lab_sandbox_"), secrets.token_hex(8)
+            env = {"PATH": "/usr/bin:/bin", "HOME": self.workdir, "TMPDIR": self.workdir, _ENV_MARK: self.call_id}
+            argv, options = [_python("rlimits")], {"cwd": self.workdir, "env": env}
         argv += ["-I", "-S", "-u", "-B", "-c", _HARNESS, str(theirs.fileno())]
         try:
-            child = subprocess.Popen(
+            self.child: subprocess.Popen | None = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -564,62 +691,61 @@ def _execute(code: str, plan: _Plan, limits: Limits, isolation: str) -> Verdict:
                 **options,
             )
         except OSError as e:
-            outcome.stderr += f"could not start {argv[0]}: {e}".encode()
-            return _judge(outcome, nonce, plan, start, limits, isolation)
-        theirs.close()
-        with child:
-            try:
-                _send(ours, payload, start + limits.timeout)
-                _collect(child, ours, outcome, start + limits.timeout, limits.output_bytes)
-            finally:
-                _finish(child, outcome, ours, call_id)
-    finally:
-        ours.close()
-        theirs.close()
-        if workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
-    return _judge(outcome, nonce, plan, start, limits, isolation)
+            self.child, self.problem = None, f"could not start {argv[0]}: {e}"
+        finally:
+            theirs.close()
+        if self.child is not None:
+            self._start()
 
+    def __enter__(self) -> _Harness:
+        return self
 
-def _send(sock: socket.socket, payload: bytes, deadline: float) -> None:
-    """The payload, then end-of-file: the harness reads it all before the completion runs."""
-    with contextlib.suppress(OSError):  # the sandbox did not start: the verdict says so
-        sock.settimeout(max(0.01, deadline - time.monotonic()))
-        sock.sendall(payload)
-        sock.shutdown(socket.SHUT_WR)
-    sock.setblocking(False)
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
+    def _start(self) -> None:
+        """Wait for the harness's `ready`: it has imported what it needs."""
+        outcome = _Outcome()
+        self._collect(outcome, time.monotonic() + _START_TIMEOUT, until=b"ready\n")
+        if not outcome.control.startswith(b"ready\n"):
+            lines = outcome.stderr.decode("utf-8", "replace").strip().splitlines()
+            self.problem = lines[0] if lines else "the harness did not start"
+            self.close()
 
-class _Outcome:
-    """What the parent saw of one call."""
+    def run(self, code: str, plan: _Plan) -> Verdict:
+        """One completion and its tests: the payload as one frame, then what comes back until the harness says done."""
+        start, outcome = time.monotonic(), _Outcome()
+        if self.closed:
+            outcome.stderr += self.problem.encode()
+            return _judge(outcome, "", plan, start, self.limits, self.isolation)
+        nonce = secrets.token_hex(16)
+        payload = marshal.dumps((nonce, code, plan.segments, plan.call, self.limits.rlimits()), 4)
+        deadline = start + self.limits.timeout
+        with contextlib.suppress(OSError):  # a harness that died: the verdict says so
+            self.ours.settimeout(max(0.01, deadline - time.monotonic()))
+            self.ours.sendall(len(payload).to_bytes(4, "big") + payload)
+        self.ours.setblocking(False)
+        self._collect(outcome, deadline, until=re.compile(rb"%s done (\d+) ([\d.]+) (\d+) (\d)\n" % nonce.encode()))
+        self.jobs += 1
+        if outcome.done is None or outcome.done[3] or self.isolation != "bwrap" or self.jobs >= _MAX_JOBS:
+            self.close()  # it timed out, flooded, died, left /tmp dirty, served its share, or runs one only
+        return _judge(outcome, nonce, plan, start, self.limits, self.isolation)
 
-    def __init__(self) -> None:
-        self.stdout, self.stderr, self.control = bytearray(), bytearray(), bytearray()
-        self.timed_out = self.over_output = False
-        self.status: int | None = None  # os.wait4's status and rusage: the child's peak memory and CPU time
-        self.usage = None
-
-
-def _collect(child: subprocess.Popen, control: socket.socket, outcome: _Outcome, deadline: float, cap: int) -> None:
-    """Read stdout, stderr and the control socket until the child exits, the deadline passes or output runs over."""
-    streams = {child.stdout.fileno(): outcome.stdout, child.stderr.fileno(): outcome.stderr}
-    streams[control.fileno()] = outcome.control
-    with selectors.DefaultSelector() as selector:
-        for fd in streams:
-            selector.register(fd, selectors.EVENT_READ)
-        try:
-            exited = os.pidfd_open(child.pid)
-            selector.register(exited, selectors.EVENT_READ)
-        except (AttributeError, OSError):  # before Linux 5.3: poll with wait4
-            exited = None
-        try:
+    def _collect(self, outcome: _Outcome, deadline: float, until: bytes | re.Pattern) -> None:
+        """Read stdout, stderr and the control socket until `until` arrives on the control socket, the harness exits,
+        the deadline passes or the output runs over its cap."""
+        child, cap = self.child, self.limits.output_bytes
+        streams = {child.stdout.fileno(): outcome.stdout, child.stderr.fileno(): outcome.stderr}
+        streams[self.ours.fileno()] = outcome.control
+        with selectors.DefaultSelector() as selector:
+            for fd in streams:
+                selector.register(fd, selectors.EVENT_READ)
             while (left := deadline - time.monotonic()) > 0:
-                events = selector.select(left if exited is not None else min(left, 0.02))
-                if _exited(child, outcome, exited, events):
-                    return
-                for key, _ in events:
+                for key, _ in selector.select(min(left, 0.05)):  # short waits: a dead harness shows as EOF or exit
                     try:
                         data = os.read(key.fd, 1 << 16)
+                    except (BlockingIOError, InterruptedError):
+                        continue
                     except OSError:  # ECONNRESET: a sandbox process shut the control socket
                         data = b""
                     if not data:
@@ -629,41 +755,50 @@ def _collect(child: subprocess.Popen, control: socket.socket, outcome: _Outcome,
                     if len(outcome.stdout) + len(outcome.stderr) > cap or len(outcome.control) > _CONTROL_CAP:
                         outcome.over_output = True
                         return
+                    if key.fd == self.ours.fileno() and self._arrived(outcome, until):
+                        self._drain(outcome)
+                        return
+                if child.poll() is not None:
+                    self._drain(outcome)
+                    return
             outcome.timed_out = True
-        finally:
-            if exited is not None:
-                os.close(exited)
 
+    @staticmethod
+    def _arrived(outcome: _Outcome, until: bytes | re.Pattern) -> bool:
+        if isinstance(until, bytes):
+            return outcome.control.startswith(until)
+        match = until.search(outcome.control)
+        if match is None:
+            return False
+        outcome.done = (int(match[1]), float(match[2]), float(match[3]), int(match[4]))
+        return True
 
-def _exited(child: subprocess.Popen, outcome: _Outcome, pidfd: int | None, events: list) -> bool:
-    if pidfd is not None:
-        return any(key.fd == pidfd for key, _ in events)
-    pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-    if pid:
-        outcome.status, outcome.usage = status, usage
-    return bool(pid)
+    def _drain(self, outcome: _Outcome) -> None:
+        """What the completion wrote before it ended: it is in the pipes before the harness reports done."""
+        room = 1 << 16  # a little more than the cap, at most
+        for fd, into in ((self.child.stdout.fileno(), outcome.stdout), (self.child.stderr.fileno(), outcome.stderr)):
+            os.set_blocking(fd, False)
+            with contextlib.suppress(OSError):
+                while room > 0 and (data := os.read(fd, min(room, 1 << 16))):
+                    into += data
+                    room -= len(data)
 
-
-def _finish(child: subprocess.Popen, outcome: _Outcome, control: socket.socket, call_id: str | None) -> None:
-    """Kill what is left of the call, reap the child and read what it wrote just before it ended."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signal.SIGKILL)  # under bwrap, its pid namespace dies with it
-    if call_id is not None:  # rlimits: processes that called setsid() left the group
-        _kill_marked(call_id)
-    if outcome.status is None:
-        _, outcome.status, outcome.usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(outcome.status)
-    room = 1 << 16  # a little more than the cap, at most
-    for fd, into in (
-        (control.fileno(), outcome.control),
-        (child.stdout.fileno(), outcome.stdout),
-        (child.stderr.fileno(), outcome.stderr),
-    ):
-        os.set_blocking(fd, False)
-        with contextlib.suppress(OSError):  # EAGAIN: a writer outlived the kill for a moment; what it writes is lost
-            while room > 0 and (data := os.read(fd, min(room, 1 << 16))):
-                into += data
-                room -= len(data)
+    def close(self) -> None:
+        """Kill the sandbox as a whole (under bubblewrap, its pid namespace dies with it) and reap it."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.child is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.child.pid, signal.SIGKILL)
+            if self.call_id is not None:  # rlimits: processes that called setsid() left the group
+                _kill_marked(self.call_id)
+            self.child.wait()
+            self.child.stdout.close()
+            self.child.stderr.close()
+        self.ours.close()
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def _kill_marked(call_id: str) -> None:
@@ -686,7 +821,7 @@ def _kill_marked(call_id: str) -> None:
 
 def _judge(outcome: _Outcome, nonce: str, plan: _Plan, start: float, limits: Limits, isolation: str) -> Verdict:
     """The verdict: the harness's line if it carries this call's nonce, else why there is none."""
-    usage = outcome.usage
+    done = outcome.done
 
     def verdict(error: str | None, detail: str, passed: int = 0) -> Verdict:
         return Verdict(
@@ -694,7 +829,7 @@ def _judge(outcome: _Outcome, nonce: str, plan: _Plan, start: float, limits: Lim
             total=plan.total,
             error=error,
             seconds=round(time.monotonic() - start, 3),
-            peak_memory_mb=round(usage.ru_maxrss / 1024, 1) if usage else 0.0,
+            peak_memory_mb=round(done[2] / 1024, 1) if done else 0.0,
             isolation=isolation,
             detail=detail,
             stdout=outcome.stdout[: limits.output_bytes].decode("utf-8", "replace"),
@@ -705,24 +840,22 @@ def _judge(outcome: _Outcome, nonce: str, plan: _Plan, start: float, limits: Lim
         return verdict("timeout", f"ran past {limits.timeout:g} s")
     if outcome.over_output:
         return verdict("output_limit", f"wrote more than {limits.output_bytes} bytes")
-    at = outcome.control.find(nonce.encode() + b" ")
-    if at >= 0:  # only the harness knows the nonce
-        fields = bytes(outcome.control[at:]).split(b"\n", 1)[0].decode("utf-8", "replace").split(" ", 4)
-        passed, total, kind, detail = int(fields[1]), int(fields[2]), fields[3], fields[4] if len(fields) > 4 else ""
+    found = re.search(rb"%s (\d+) (\d+) (\S+) ?([^\n]*)\n" % nonce.encode(), outcome.control) if nonce else None
+    if found:  # only the harness knows the nonce
+        passed, total, kind = int(found[1]), int(found[2]), found[3].decode("utf-8", "replace")
+        detail = found[4].decode("utf-8", "replace")
         if total != plan.total or not 0 <= passed <= total or kind not in ("-", "syntax", "runtime", "memory"):
             return verdict("sandbox", f"the harness reported {passed}/{total} {kind}")
         return verdict(None if kind == "-" else kind, detail, passed if kind == "-" else 0)
-    if not outcome.control.startswith(b"ready\n"):
+    if done is None:
         lines = outcome.stderr.decode("utf-8", "replace").strip().splitlines()
-        return verdict("sandbox", lines[0] if lines else "the harness did not start")
-    code = os.waitstatus_to_exitcode(outcome.status)
-    # rlimits sees a child killed by signal N as -N; bwrap reports it as 128 + N.
-    signum = -code if code < 0 else code - 128 if isolation == "bwrap" and code > 128 else 0
+        return verdict("sandbox", lines[0] if lines else "the sandbox ended before its report")
+    code = os.waitstatus_to_exitcode(done[0])
     cpu_limit = limits.rlimits()[0]
-    if signum in (signal.SIGKILL, signal.SIGXCPU) and usage and usage.ru_utime + usage.ru_stime >= cpu_limit - 0.05:
+    if -code in (signal.SIGKILL, signal.SIGXCPU) and done[1] >= cpu_limit - 0.05:
         return verdict("timeout", f"used its {cpu_limit} s of CPU")
-    if signum:
-        return verdict("killed", f"killed by {signal.Signals(signum).name}")
+    if code < 0:
+        return verdict("killed", f"killed by {signal.Signals(-code).name}")
     if b"MemoryError" in outcome.stderr:
         return verdict("memory", "MemoryError")
     return verdict("runtime", f"exited with {code} before its tests ended")
