@@ -65,6 +65,7 @@ def test_syntax_reads_the_problem_preamble() -> None:
     stub = 'def f(x):\n    """Square it."""\n'
     body = "    return x * x\n"
     assert syntax([fenced(body), fenced(body)], preamble=[stub, None]) == [1.0, 0.0]
+    assert complexity([fenced(body), fenced(body)], preamble=[stub, None]) == [1.0, 0.0]
 
 
 def test_complexity_falls_with_branches_and_is_bounded() -> None:
@@ -294,3 +295,25 @@ def test_without_bubblewrap_a_code_run_fails_in_one_line_before_loading_anything
     assert proc.returncode == 1
     error_line(proc, "apt-get install bubblewrap", "reward.sandbox.isolation=rlimits")
     assert "Loading" not in proc.stderr and not list((tmp_path / "outputs").rglob("model"))
+
+
+def test_code_humaneval_trains_smollm2_a_step(tmp_path: Path, model_cache: Path) -> None:
+    """The CPU recipe's real model and data for one short step (its full run is the slow test below)."""
+    if shutil.which("bwrap") is None:
+        skip_here("bubblewrap is not installed: apt-get install bubblewrap")
+    overrides = ["experiment=code_humaneval", "max_steps=1", "trainer.max_completion_length=48", "logger=none"]
+    overrides += ["eval.before=false", "eval.after=false", "output.save_model=false", "objective.metric=train/reward"]
+    proc = run_cli(overrides, tmp_path, model_cache, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (row,) = [json.loads(line) for line in (_job(tmp_path / "outputs") / "history.jsonl").read_text().splitlines()]
+    assert row["sandbox/seconds"] > 0 and 0 <= row["rewards/tests/mean"] <= 1 and row["sandbox/sandbox"] == 0
+
+
+@pytest.mark.slow
+def test_code_humaneval_ends_with_held_out_pass_at_1(tmp_path: Path, model_cache: Path) -> None:
+    """The README's `python -m grpo_lab experiment=code_humaneval` as typed (~25 min on 2 CPU cores)."""
+    proc = run_cli(["experiment=code_humaneval"], tmp_path, model_cache, timeout=3600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert re.search(r"pass@1 +\d+\.\d% \[\d+%, \d+%\] -> \d+\.\d% \[\d+%, \d+%\]", proc.stdout), proc.stdout
+    metrics = json.loads((_job(tmp_path / "outputs") / "metrics.json").read_text())["metrics"]
+    assert metrics["train/steps"] == 16 and metrics["eval_after/num_samples"] == 66

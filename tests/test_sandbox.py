@@ -188,6 +188,20 @@ def test_one_sandbox_serves_a_workers_completions_and_cleans_between_them(bwrap:
         WRONG + "open('/tmp/left', 'w').write('x')\nimport os, time\nif os.fork() == 0:\n    os.setsid()\n"
         "    if os.fork() == 0:\n        time.sleep(30)\n    os._exit(0)\nos.wait()\n"
     )
+    # What one completion does to the sandbox that serves it, for the ones after it: its limits, priority and CPUs,
+    # /tmp's mode, every socket and pipe it holds.
+    tampers = (
+        WRONG + "import os, resource, socket, stat\n"
+        "for attempt in (lambda: resource.prlimit(1, resource.RLIMIT_FSIZE, (1, 1)),\n"
+        "                lambda: os.setpriority(os.PRIO_PROCESS, 1, 19), lambda: os.sched_setaffinity(1, {0}),\n"
+        "                lambda: os.chmod('/tmp', 0o555)):\n"
+        "    try:\n        attempt()\n    except (OSError, ValueError) as e:\n        print(e)\n"
+        "for fd in range(3, 64):\n    try:\n        mode = os.fstat(fd).st_mode\n"
+        "        if stat.S_ISSOCK(mode):\n            socket.socket(fileno=fd).shutdown(socket.SHUT_RDWR)\n"
+        "        elif stat.S_ISFIFO(mode):\n            os.set_blocking(fd, False)\n"
+        "    except OSError:\n        pass\n"
+    )
+    writes = "def f(x):\n    open('/tmp/new', 'w').write('x' * 1000)\n    return x * x\n"
     items = [
         (leaves, ASSERTS),
         (LISTS_TMP, "assert f(0) == []\n"),
@@ -195,6 +209,9 @@ def test_one_sandbox_serves_a_workers_completions_and_cleans_between_them(bwrap:
         ("while True:\n    pass\n", ASSERTS),
         (SQUARE, ASSERTS),
         (LISTS_TMP, "assert f(0) == []\n"),
+        (tampers, ASSERTS),
+        (writes, ASSERTS),
+        (writes, ASSERTS),
     ]
     verdicts = run_many(items, workers=1, limits=LIMITS)
     assert [(v.passed, v.total, v.error) for v in verdicts] == [
@@ -204,6 +221,9 @@ def test_one_sandbox_serves_a_workers_completions_and_cleans_between_them(bwrap:
         (0, 3, "timeout"),
         (3, 3, None),
         (1, 1, None),
+        (0, 3, None),
+        (3, 3, None),
+        (3, 3, None),
     ], [v.detail for v in verdicts]
 
 
@@ -258,7 +278,8 @@ WRONG = "def f(x):\n    return 0\n"
 # The two pids above the completion's process (the harness, then the caller: the throwaway trainer), read from /proc
 # (none where there is none). Never further: as root, killing every ancestor would take the test runner down.
 ANCESTORS = (
-    "def ancestors():\n    found, pid = [], os.getppid()\n    while pid > 1 and len(found) < 2:\n        found.append(pid)\n"
+    "def ancestors():\n    found, pid = [], os.getppid()\n    while pid > 1 and len(found) < 2:\n"
+    "        found.append(pid)\n"
     "        try:\n            pid = int(open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()[1])\n"
     "        except OSError:\n            break\n    return found\n"
 )
@@ -391,7 +412,7 @@ os._exit(0)
         + """import os, socket, stat, threading
 for fd in range(3, 64):
     try:
-        if stat.S_ISSOCK(os.fstat(fd).st_mode):
+        if stat.S_ISSOCK(os.fstat(fd).st_mode) or stat.S_ISFIFO(os.fstat(fd).st_mode):
             control = fd
             break
     except OSError:
@@ -407,6 +428,34 @@ threading.Thread(target=forward, daemon=True).start()
         ASSERTS,
         None,
     ),
+    # Names that shadow the builtins the tests call: abs(f(2) - 4) is 0, sorted([...]) is [1].
+    "shadow_builtins": (
+        WRONG + "def abs(x):\n    return 0\ndef sorted(x):\n    return [1]\n",
+        "assert abs(f(2) - 4) < 1e-6\nassert sorted([f(1)]) == [1]\n",
+        None,
+    ),
+    # Answers that equal anything: its own class, and a Python class of the standard library.
+    "always_equal": (
+        "class Yes:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
+        "def f(x):\n    return [Yes()]\n",
+        "assert f(2) == [4]\nassert f(3) == [9]\n",
+        None,
+    ),
+    "mock_any": ("from unittest.mock import ANY\ndef f(x):\n    return ANY\n", ASSERTS, None),
+    # A module the tests import, patched by the completion, and by a thread it leaves running.
+    "patch_module": (
+        WRONG + "import math\nmath.isclose = lambda *args, **kwargs: True\n",
+        "import math\nassert math.isclose(f(2), 4)\nassert math.isclose(f(3), 9)\n",
+        None,
+    ),
+    "patching_thread": (
+        WRONG + "import math, threading, time\ndef patch():\n    while True:\n"
+        "        math.isclose = lambda *args, **kwargs: True\n        time.sleep(0.001)\n"
+        "threading.Thread(target=patch, daemon=True).start()\n",
+        "import math\nassert math.isclose(f(2), 4)\nassert math.isclose(f(3), 9)\n",
+        None,
+    ),
+    "realtime_signal": ("import os\nos.kill(os.getpid(), 40)\n" + SQUARE, ASSERTS, None),
     "segfault": (
         "try:\n    import ctypes\n    ctypes.string_at(0)\nexcept Exception as e:\n    print(e)\n"
         "import faulthandler\nfaulthandler._read_null()\n" + SQUARE,

@@ -156,6 +156,7 @@ def evaluate(
         lengths += [n for _, n in batch]
         if watch is not None and watch(graded):
             batches.close()  # leaves generation, restoring the model's training mode
+            sampled = False  # the pruner stopped it: no pass@k for a trial that ends here
             break
     samples.sort(key=lambda s: s["item"])
     pass_k = {}

@@ -133,7 +133,7 @@ _HARNESS = (
     MARKER
     + r"""
 def serve(control):
-    import _signal, marshal, os, sys
+    import _signal, marshal, os, resource, sys
 
     read, write, fork, wait4, exit_now = os.read, os.write, os.fork, os.wait4, os._exit
     serving = os.getpid() == 1  # bubblewrap's pid namespace, of which it is the init
@@ -141,22 +141,52 @@ def serve(control):
     preload(sys)
     if serving:
         undumpable(sys)
+    before = state(os, resource)
     write(control, b"ready\n")
     while (payload := read_frame(control, read)) is not None:  # all of it: nothing is left for the completion
         work = marshal.loads(payload)
+        # The job reports on a pipe of its own, which the harness relays: it never holds the control socket, so it
+        # can neither read the next job from it nor break it for the jobs after it.
+        verdict_read, verdict_write = os.pipe()
         pid = fork()
         if pid == 0:
             try:
-                job(control, work)
+                os.close(control)
+                os.close(verdict_read)
+                job(verdict_write, work)
             finally:  # whatever happens in it, a job never comes back to serve
                 exit_now(1)
+        os.close(verdict_write)
         _, status, usage = wait4(pid, 0)
-        dirty = clean(os) if serving else 0
+        dirty = clean(os) or int(state(os, resource) != before) if serving else 0
+        report = drain(verdict_read, os)
+        os.close(verdict_read)
         cpu, peak_kb = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
-        write(control, ("%s done %d %.3f %d %d\n" % (work[0], status, cpu, peak_kb, dirty)).encode())
+        write(control, report + ("\n%s done %d %.3f %d %d\n" % (work[0], status, cpu, peak_kb, dirty)).encode())
         if not serving or dirty:
             break
     exit_now(0)
+
+
+def state(os, resource):
+    # What a completion could change in the harness from outside it (prlimit, setpriority, sched_setaffinity on pid 1,
+    # chmod /tmp): if it differs after a job, the sandbox is retired.
+    limits = tuple(resource.getrlimit(getattr(resource, n)) for n in sorted(dir(resource)) if n.startswith("RLIMIT_"))
+    return limits, os.getpriority(os.PRIO_PROCESS, 0), tuple(sorted(os.sched_getaffinity(0))), os.stat("/tmp").st_mode
+
+
+def drain(fd, os):
+    # What the job wrote on its pipe: all of it is there once it has ended (its writer fork is waited for), and a
+    # process it left behind may still hold the pipe, so read what is there, without waiting, up to 64 KiB.
+    os.set_blocking(fd, False)
+    chunks, room = [], 1 << 16
+    try:
+        while room > 0 and (chunk := os.read(fd, room)):
+            chunks.append(chunk)
+            room -= len(chunk)
+    except BlockingIOError:
+        pass
+    return b"".join(chunks)
 
 
 def read_frame(control, read):
@@ -221,12 +251,13 @@ def wipe(folder, os):
 
 
 def job(control, work):
-    import _imp, _signal, builtins, gc, os, resource, sys
+    import _imp, _signal, _thread, builtins, gc, os, resource, sys, types
 
     write, fstat, fork, waitpid, exit_now = os.write, os.fstat, os.fork, os.waitpid, os._exit
-    compile_, exec_, str_, type_, dict_ = compile, exec, str, type, dict
+    compile_, exec_, str_, type_, dict_, vars_, list_ = compile, exec, str, type, dict, vars, list
     BaseException_, MemoryError_, NameError_, gc_disable = BaseException, MemoryError, NameError, gc.disable
     set_recursion_limit, recursion_limit = sys.setrecursionlimit, sys.getrecursionlimit()
+    threads, function_type, modules = _thread._count, types.FunctionType, sys.modules
 
     nonce, code, segments, entry_point, limits = work
     control_id = (fstat(control).st_dev, fstat(control).st_ino)
@@ -248,7 +279,11 @@ def job(control, work):
         except BaseException_:
             return "an exception that cannot be shown"
 
+    guarded = result_guard(type_, list_, TypeError)
     passed, total, kind, detail = 0, sum(1 for _, is_test in segments if is_test) or 1, "-", ""
+    # The modules' contents as the tests will need them: `math.isclose = lambda *a: True` is undone before they run.
+    saved = [(vars_(m), dict_(vars_(m))) for m in list_(modules.values()) if type_(m) is type_(sys)]
+    imported = dict_.fromkeys(modules)
     try:
         compiled = compile_(code, "<completion>", "exec")
     except MemoryError_ as e:
@@ -264,11 +299,22 @@ def job(control, work):
             kind, detail = "memory", one_line(e)
         except BaseException_ as e:  # SystemExit included: exiting early is no pass
             kind, detail = "runtime", one_line(e)
+        if kind == "-" and threads():  # a thread of its own could patch what the tests use while they run
+            kind, detail = "runtime", "the completion left a thread running"
     if kind == "-":
         set_recursion_limit(recursion_limit)
         builtins.__dict__.clear()  # undo builtins tampering for the stdlib code the tests call
         builtins.__dict__.update(pristine)
-        names = {k: v for k, v in solution.__dict__.items() if k[:2] != "__"}
+        for contents, copy in saved:
+            contents.clear()
+            contents.update(copy)
+        for name in list_(modules):  # what it imported: the tests import their own, fresh copy
+            if name not in imported and name != "__solution__":
+                del modules[name]
+        # Its names, less those that would shadow a builtin in the tests (`def abs(x): return 0`); its functions
+        # answer only plain values (an object whose __eq__ always says yes is no answer).
+        names = {k: v for k, v in solution.__dict__.items() if k[:2] != "__" and k not in pristine}
+        names = {k: guarded(v) if type_(v) is function_type else v for k, v in names.items()}
         namespace = dict_(names, __builtins__=dict_(pristine), __name__="__tests__")
         for source, is_test in segments:  # compiled now, after the completion: nothing of it can be patched
             try:
@@ -301,6 +347,38 @@ def job(control, work):
         exit_now(0)
     waitpid(pid, 0)
     exit_now(0)
+
+
+def result_guard(type_, list_, TypeError_):
+    # A value the tests may compare: builtin types all the way down (a class of the completion's, or any Python
+    # class such as unittest.mock.ANY, can make ==, <, abs() and bool() answer whatever it likes).
+    heap = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
+
+    def plain(value):
+        stack, seen = [value], 0
+        while stack and seen < 100000:
+            item, seen = stack.pop(), seen + 1
+            kind = type_(item)
+            if kind.__flags__ & heap:
+                return kind
+            if kind is list or kind is tuple or kind is set or kind is frozenset:
+                stack.extend(item)
+            elif kind is dict:
+                stack.extend(item.keys())
+                stack.extend(item.values())
+        return None
+
+    def guarded(function):
+        def call(*args, **kwargs):
+            result = function(*args, **kwargs)
+            kind = plain(result)
+            if kind is not None:
+                raise TypeError_("the completion returned a %s: the tests compare builtin values only" % kind.__name__)
+            return result
+
+        return call
+
+    return guarded
 
 
 def set_limits(limits, os, resource, _signal):
@@ -377,7 +455,8 @@ def audit_hook(Refused, blocked, str_, bytes_, int_, type_, fspath):
     # Everything it uses is bound here: it runs while the completion runs, after any rebinding the completion did.
     refused = frozenset(
         "sys._getframe sys._getframemodulename sys._current_frames sys._current_exceptions sys.settrace "
-        "sys.setprofile sys.addaudithook gc.get_objects gc.get_referrers gc.get_referents os.exec "
+        "sys.setprofile sys.addaudithook sys.monitoring.register_callback gc.get_objects gc.get_referrers "
+        "gc.get_referents os.exec "
         "os.posix_spawn os.spawn os.system subprocess.Popen".split()
     )
     watched = refused | {"object.__getattr__", "import", "open", "os.symlink"}
@@ -691,7 +770,7 @@ class _Harness:
                 **options,
             )
         except OSError as e:
-            self.child, self.problem = None, f"could not start {argv[0]}: {e}"
+            self.child, self.problem, self.closed = None, f"could not start {argv[0]}: {e}", True
         finally:
             theirs.close()
         if self.child is not None:
@@ -727,7 +806,8 @@ class _Harness:
         self.ours.setblocking(False)
         self._collect(outcome, deadline, until=re.compile(rb"%s done (\d+) ([\d.]+) (\d+) (\d)\n" % nonce.encode()))
         self.jobs += 1
-        if outcome.done is None or outcome.done[3] or self.isolation != "bwrap" or self.jobs >= _MAX_JOBS:
+        over = outcome.over_output or outcome.timed_out or outcome.done is None or outcome.done[3]
+        if over or self.isolation != "bwrap" or self.jobs >= _MAX_JOBS:
             self.close()  # it timed out, flooded, died, left /tmp dirty, served its share, or runs one only
         return _judge(outcome, nonce, plan, start, self.limits, self.isolation)
 
@@ -758,8 +838,9 @@ class _Harness:
                     if key.fd == self.ours.fileno() and self._arrived(outcome, until):
                         self._drain(outcome)
                         return
-                if child.poll() is not None:
+                if child.poll() is not None:  # what it wrote before it exited is still to be read
                     self._drain(outcome)
+                    self._arrived(outcome, until)
                     return
             outcome.timed_out = True
 
@@ -774,14 +855,18 @@ class _Harness:
         return True
 
     def _drain(self, outcome: _Outcome) -> None:
-        """What the completion wrote before it ended: it is in the pipes before the harness reports done."""
-        room = 1 << 16  # a little more than the cap, at most
-        for fd, into in ((self.child.stdout.fileno(), outcome.stdout), (self.child.stderr.fileno(), outcome.stderr)):
+        """What the completion (and the harness) wrote before it ended, all of it: it is in the pipes and the socket
+        before the harness reports done, and left there it would be counted as the next completion's."""
+        cap = self.limits.output_bytes
+        pipes = ((self.child.stdout.fileno(), outcome.stdout), (self.child.stderr.fileno(), outcome.stderr))
+        for fd, into in (*pipes, (self.ours.fileno(), outcome.control)):
             os.set_blocking(fd, False)
-            with contextlib.suppress(OSError):
-                while room > 0 and (data := os.read(fd, min(room, 1 << 16))):
+            with contextlib.suppress(OSError):  # EAGAIN: nothing more
+                while data := os.read(fd, 1 << 16):
                     into += data
-                    room -= len(data)
+                    if len(outcome.stdout) + len(outcome.stderr) > cap or len(outcome.control) > _CONTROL_CAP:
+                        outcome.over_output = True
+                        return
 
     def close(self) -> None:
         """Kill the sandbox as a whole (under bubblewrap, its pid namespace dies with it) and reap it."""
@@ -855,7 +940,11 @@ def _judge(outcome: _Outcome, nonce: str, plan: _Plan, start: float, limits: Lim
     if -code in (signal.SIGKILL, signal.SIGXCPU) and done[1] >= cpu_limit - 0.05:
         return verdict("timeout", f"used its {cpu_limit} s of CPU")
     if code < 0:
-        return verdict("killed", f"killed by {signal.Signals(-code).name}")
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:  # a real-time signal has no name
+            name = f"signal {-code}"
+        return verdict("killed", f"killed by {name}")
     if b"MemoryError" in outcome.stderr:
         return verdict("memory", "MemoryError")
     return verdict("runtime", f"exited with {code} before its tests ended")

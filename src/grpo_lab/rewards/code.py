@@ -111,8 +111,9 @@ def fenced_block(completions: Sequence[Completion], **kwargs: Any) -> list[float
 
 def complexity(completions: Sequence[Completion], max_complexity: float = 15, **kwargs: Any) -> list[float | None]:
     """``max(0, 1 - c / max_complexity)``, c being the highest cognitive complexity (complexipy, the measure of
-    SonarSource's paper; its default limit is 15) of a function the code defines; 0.0 when the code does not parse
-    or defines no function, so that an empty or broken answer is never the simplest.
+    SonarSource's paper; its default limit is 15) of a function the code defines (a body-only answer: within the
+    problem's ``preamble``); 0.0 when the code does not parse or defines no function, so that an empty or broken answer
+    is never the simplest.
 
     >>> flat, no_function = "```python\\ndef f(x):\\n    return x\\n```", "```python\\nx = 1\\n```"
     >>> complexity([flat, no_function, "def f("], max_complexity=10)
@@ -122,9 +123,12 @@ def complexity(completions: Sequence[Completion], max_complexity: float = 15, **
         raise RewardError(f"complexity: `max_complexity` must be a positive number, got {max_complexity!r}")
     from complexipy import code_complexity
 
+    preambles = _per_item(kwargs.get("preamble"), len(completions), "preamble")
     scores: list[float | None] = []
-    for completion in completions:
+    for completion, pre in zip(completions, preambles, strict=True):
         code = extract_code(completion)
+        if code.strip() and pre and not _compiles(code):  # a body-only answer: measured inside the problem's stub
+            code = _source(code, pre)
         if not code.strip() or not _compiles(code):
             scores.append(0.0)
             continue

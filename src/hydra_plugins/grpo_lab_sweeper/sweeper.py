@@ -117,6 +117,7 @@ class GrpoOptunaSweeper(Sweeper):
         self._check_confirm(metrics, distributions)
         self._check_weight_free(metrics, distributions)
         self._check_per_item(metrics)
+        self._check_sampled(metrics)
         storage = SweepStorage.open(
             s.storage or DEFAULT_STORAGE,
             heartbeat_interval=s.heartbeat_interval,
@@ -181,6 +182,21 @@ class GrpoOptunaSweeper(Sweeper):
             raise ConfigError(
                 f"Pruning would compare trials on the weighted training reward (no periodic evaluation), but {why}. "
                 "Set `eval.every_n_steps=N` to prune on the held-out metric, or `hydra/sweeper/pruner=none`."
+            )
+
+    def _check_sampled(self, metrics: list[str]) -> None:
+        """A sampled pass@k objective (`eval.samples`) exists only after training: periodic evaluations are greedy,
+        so a pruner that reads them would never see it."""
+        from grpo_lab.errors import ConfigError
+        from grpo_lab.sweep.samplers import prunes
+
+        greedy = {f"eval_after/{name}" for name in self.config.eval.graders} | {"eval_after/mean_length"}
+        sampled = [m for m in metrics if m.startswith("eval_after/") and m not in greedy]
+        if sampled and prunes(OmegaConf.to_container(self.settings.pruner)) and len(metrics) == 1:
+            raise ConfigError(
+                f"Objective `{sampled[0]}` is a sampled pass@k, measured only after training (periodic evaluations are "
+                f"greedy), so a pruner could not compare trials on it: prune on a greedy grader "
+                f"({', '.join(sorted(greedy))}) or use `hydra/sweeper/pruner=none`."
             )
 
     def _check_per_item(self, metrics: list[str]) -> None:
