@@ -73,6 +73,15 @@ CHECKS: dict[str, Run | Compose | Compare | Make] = {
     "python -m grpo_lab.check_rewards experiment=smoke": Compose(
         "tests/test_health.py::test_check_rewards_sees_a_signal_and_its_absence"
     ),
+    "python -m grpo_lab experiment=code_smoke": Compose(
+        "tests/test_code.py::test_code_smoke_runs_the_whole_path_and_ends_with_pass_at_1"
+    ),
+    "python -m grpo_lab -m experiment=code_smoke lr=1e-5,2e-5": Compose(
+        "tests/test_code.py::test_a_code_smoke_grid_ends_with_its_leaderboard_on_pass_at_1"
+    ),
+    "python -m grpo_lab experiment=code_humaneval": Compose(
+        "tests/test_code.py::test_code_humaneval_ends_with_held_out_pass_at_1"
+    ),
     # Exit 1 is the doctor's answer on a machine that cannot run the quick-start (it names the blocker).
     "python -m grpo_lab.doctor": Run("== grpo_lab doctor ==", codes=(0, 1)),
 }
