@@ -1,6 +1,7 @@
 """The run's TrainerCallbacks: one per concern, and the one shared :class:`Outcome` that says why training stopped.
 
 - :class:`HistoryWriter` appends each log row to history.jsonl as it happens (it survives a crash);
+- :class:`RewardWeights` sets the reward weights of each step from `reward.schedule`;
 - :class:`PeriodicEval` evaluates the held-out set every `eval.every_n_steps` and offers it to the pruner;
 - :class:`HealthWatch` runs the health rules (grpo_lab.health) over each log;
 - :class:`SweepPruning` reports to the sweep's Optuna trial and asks its pruner;
@@ -63,6 +64,26 @@ class HistoryWriter(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and state.is_world_process_zero and "reward" in logs:
             self.recorder.log_step({"step": state.global_step, **logs})
+
+
+class RewardWeights(TrainerCallback):
+    """`reward.schedule` (grpo_lab.schedule), applied at the start of every step on every process: TRL's
+    `reward_weights` tensor, which scores the step's completions, is set in place from the steps completed (a resumed
+    run continues from its checkpoint's step). The weights join the step's metrics as `reward_weights/<name>`, so
+    they reach history.jsonl and W&B in the same row as the rewards they weighed."""
+
+    def __init__(self, schedule: Any, recorder: Any) -> None:
+        self.schedule, self.recorder = schedule, recorder
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        import torch
+
+        trainer = self.recorder.trainer
+        weights = self.schedule.at_step(state.global_step, state.max_steps)
+        trainer.reward_weights.copy_(torch.tensor(weights, dtype=trainer.reward_weights.dtype))
+        metrics = trainer._metrics["train"]  # TRL averages these over the logging interval and logs them
+        for name, weight in zip(self.schedule.names, weights, strict=True):
+            metrics[f"reward_weights/{name}"].append(weight)
 
 
 class MetricsProgressBar(ProgressCallback):

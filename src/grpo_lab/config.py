@@ -162,6 +162,11 @@ class RewardConfig(_Schema):
     weights: dict[str, float]
     # Only the rewards that run code have a sandbox (reward=code); the others leave it out.
     sandbox: SandboxConfig | None = None
+    # Weights that change over training (grpo_lab.schedule): name -> [[x, weight], ...] or a ramp
+    # {start, end, from, to}, x a fraction of max_steps (or steps: schedule_unit=steps). Empty: fixed weights. Defaults
+    # here, not in YAML, so that a reward group written before schedules existed still composes.
+    schedule: dict[str, Any] = Field(default_factory=dict)
+    schedule_unit: Literal["fraction", "steps"] = "fraction"
 
     def ordered_weights(self) -> list[float]:
         """TRL's `reward_weights`: one weight per function, in the functions' order."""
@@ -466,7 +471,16 @@ def validate(run: RunConfig) -> RunConfig:
         raise fail(Problem("launcher.config_file", "missing", note="name an accelerate config file (e.g. ddp.yaml)"))
     _check_objective(run)
     check_batch_shape(run, run.launcher.num_processes)
+    reward_schedule(run)  # its rules, one line each
     return run
+
+
+def reward_schedule(run: RunConfig) -> Any:
+    """The run's reward weights over training (grpo_lab.schedule.Schedule; falsy without `reward.schedule`)."""
+    from grpo_lab import schedule
+
+    reward = run.reward
+    return schedule.build(list(reward.functions), reward.weights, reward.schedule, reward.schedule_unit, run.max_steps)
 
 
 EVAL_EXTRA_METRICS = ("mean_length",)  # what an evaluation measures besides its graders' shares

@@ -20,7 +20,7 @@ from typing import Any
 
 from grpo_lab import data as data_mod
 from grpo_lab import files, models
-from grpo_lab.config import RunConfig
+from grpo_lab.config import RunConfig, reward_schedule
 from grpo_lab.evaluate import generate
 from grpo_lab.grpo_fields import trl_default
 from grpo_lab.health import no_signal_diagnosis
@@ -57,6 +57,8 @@ class RewardCheck:
     # Per reward that runs the problems' tests (grpo_lab.rewards.code.tests): the share of completions that pass at
     # least one test, and all of them: whether the untrained model gets any test right.
     tests_passed: dict[str, dict[str, float]] = field(default_factory=dict)
+    # With reward.schedule: each reward's weight at the end of training (the check scores with the starting ones).
+    end_weights: dict[str, float] = field(default_factory=dict)
 
     def notes(self) -> list[str]:
         """One line per test-running reward: does the untrained model get any test right?"""
@@ -154,7 +156,9 @@ def check(cfg: RunConfig, cache_dir: Path, *, prompts: int, seed: int | None = N
         for reward in rewards:
             per_reward[reward.__name__].append(reward(completions=completions, prompts=[row["prompt"]] * g, **extra))
     result = assess(per_reward, cfg.reward.weights, time.monotonic() - started)
-    return dataclasses.replace(result, tests_passed=_tests_passed(rewards, per_reward))
+    schedule = reward_schedule(cfg)
+    end = dict(zip(schedule.names, schedule.weights(1.0), strict=True)) if schedule else {}
+    return dataclasses.replace(result, tests_passed=_tests_passed(rewards, per_reward), end_weights=end)
 
 
 def _tests_passed(rewards: list[Any], per_reward: dict[str, list[list[float | None]]]) -> dict[str, dict[str, float]]:
@@ -173,9 +177,13 @@ def _tests_passed(rewards: list[Any], per_reward: dict[str, list[list[float | No
 
 
 def table(result: RewardCheck) -> str:
-    rows = [["reward", "weight", "mean", "std", "flat groups"]]
+    scheduled = bool(result.end_weights)
+    rows = [["reward", "weight (start -> end)" if scheduled else "weight", "mean", "std", "flat groups"]]
     for s in [*result.rewards, result.total]:
-        rows.append([s.name, f"{s.weight:g}", f"{s.mean:.3f}", f"{s.std:.3f}", f"{100 * s.flat_groups:.0f}%"])
+        weight = f"{s.weight:g}"
+        if scheduled and s.name in result.end_weights and result.end_weights[s.name] != s.weight:
+            weight += f" -> {result.end_weights[s.name]:g}"
+        rows.append([s.name, weight, f"{s.mean:.3f}", f"{s.std:.3f}", f"{100 * s.flat_groups:.0f}%"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 

@@ -104,6 +104,21 @@ def _health(events: list[dict[str, Any]]) -> list[str]:
     return [f"  {'health' if i == 0 else '':<12} {e['action']}: {e['message']}" for i, e in enumerate(events)]
 
 
+def _schedule(history: list[dict[str, Any]]) -> list[str]:
+    """The reward weights a schedule moved (reward.schedule), as they were applied: first step -> last step."""
+    first = history[0] if history else {}
+    names = [k.removeprefix("reward_weights/") for k in first if k.startswith("reward_weights/")]
+    moved = []
+    for name in names:
+        values = [row[f"reward_weights/{name}"] for row in history if f"reward_weights/{name}" in row]
+        if len(set(values)) > 1:
+            moved.append(f"{name} {values[0]:g} -> {values[-1]:g}")
+    if not moved:
+        return []
+    steps = f"(steps {history[0]['step']} -> {history[-1]['step']})"
+    return [f"  weights      {', '.join(moved)} {steps}, as scheduled (reward.schedule)"]
+
+
 def _sandbox(m: dict[str, Any]) -> list[str]:
     """Where the code rewards ran model-written code, when they did (reward.sandbox)."""
     isolated = m.get("sandbox/isolated")
@@ -138,6 +153,7 @@ def format_run(result: Any) -> str:
         f"(last steps) over {int(m.get('train/steps', 0))} steps",
         f"  kl (last)    {_num(m.get('train/kl'), 4)}   completion length (last) "
         f"{_num(m.get('train/completions/mean_length'), 1)} tokens",
+        *_schedule(result.history),
         *_graded(m),
         f"  objective    {result.objective_metric} = {_num(result.objective, 4)}",
         *_health(result.health),

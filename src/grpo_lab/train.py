@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_lab import data as data_mod
 from grpo_lab import health, interrupts, models, startup
-from grpo_lab.config import RunConfig, to_grpo_config
+from grpo_lab.config import RunConfig, reward_schedule, to_grpo_config
 from grpo_lab.errors import GrpoLabError
 from grpo_lab.evaluate import EvalResult, change_metrics, evaluate
 from grpo_lab.graders import Grader, check_can_judge
@@ -133,6 +133,7 @@ class _Job:
     graders: list[Grader]  # held-out evaluation (eval.graders)
     tracker: Tracker
     grpo_args: Any  # trl.GRPOConfig
+    schedule: Any  # grpo_lab.schedule.Schedule: the reward weights over training (falsy: fixed)
 
     @property
     def folder(self) -> RunFolder:
@@ -173,7 +174,7 @@ def _set_up(cfg: RunConfig, ctx: RunContext) -> _Job:
     grpo_args = to_grpo_config(
         cfg, output_dir=str(RunFolder(ctx.run_dir).trainer_dir), report_to=tracker.report_to, run_name=ctx.run_name
     )
-    return _Job(cfg, ctx, resume, pair, reward_funcs, graders, tracker, grpo_args)
+    return _Job(cfg, ctx, resume, pair, reward_funcs, graders, tracker, grpo_args, reward_schedule(cfg))
 
 
 # --------------------------------------------------------------------------------------- recorder
@@ -213,6 +214,8 @@ class Recorder:
                     "the network and this user's files. Install bubblewrap (apt-get install bubblewrap) to isolate it.",
                     sandbox.isolation,
                 )
+        if job.schedule:
+            self.extra["reward_schedule"] = job.schedule.record()
         if job.resume is not None:
             self.extra["resumed_from"] = {"checkpoint": str(job.resume.checkpoint), "step": job.resume.step}
             log.info("Resuming from %s (step %d).", job.resume.checkpoint, job.resume.step)
@@ -494,6 +497,8 @@ def _callbacks(job: _Job, recorder: Recorder, reporter: Any, outcome: Outcome) -
     from grpo_lab import callbacks
 
     found: list[Any] = [callbacks.HistoryWriter(recorder)]
+    if job.schedule:  # every process: each scores its own completions
+        found.append(callbacks.RewardWeights(job.schedule, recorder))
     if job.main:
         run_eval = functools.partial(
             evaluate, dataset=job.pair.eval, cfg=job.cfg.eval, graders=job.graders, sampled=False

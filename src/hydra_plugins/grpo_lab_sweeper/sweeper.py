@@ -165,7 +165,7 @@ class GrpoOptunaSweeper(Sweeper):
         from grpo_lab.errors import ConfigError
         from grpo_lab.sweep.samplers import per_item, prunes
 
-        weights = sorted(n for n in distributions if n.startswith("reward.weights."))
+        weights = sorted(n for n in distributions if n.startswith(("reward.weights.", "reward.schedule.")))
         if not weights:
             return
         why = f"the sweep varies {', '.join(f'`{w}`' for w in weights)}, which scale the weighted reward"
