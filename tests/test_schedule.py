@@ -33,8 +33,11 @@ def test_a_schedule_is_piecewise_linear_in_progress() -> None:
 
 
 def test_a_reward_that_enters_later_weighs_0_before_its_first_point_and_ramps_can_be_written_as_such() -> None:
-    schedule = build(NAMES, {"a": 1.0, "b": 0.0}, {"b": {"start": 0.2, "end": 0.6, "from": 0.5}}, "fraction", 4)
-    assert [schedule.weight("b", x) for x in (0, 0.49, 0.5, 0.75, 1.0)] == [0.0, 0.0, 0.2, pytest.approx(0.4), 0.6]
+    later = build(NAMES, {"a": 1.0, "b": 0.0}, {"b": [[0.5, 0.2], [1.0, 0.6]]}, "fraction", 4)
+    assert [later.weight("b", x) for x in (0, 0.49, 0.5, 0.75, 1.0)] == [0.0, 0.0, 0.2, pytest.approx(0.4), 0.6]
+    ramp = build(NAMES, {"a": 1.0, "b": 0.2}, {"b": {"start": 0.2, "end": 0.6, "from": 0.5}}, "fraction", 4)
+    assert [ramp.weight("b", x) for x in (0, 0.49, 0.5, 0.75, 1.0)] == [0.2, 0.2, 0.2, pytest.approx(0.4), 0.6]
+    assert ramp.last(4) == [1.0, pytest.approx(0.4)]  # the last step trains at 3/4, never at 1.0
     in_steps = build(NAMES, {"a": 1.0, "b": 0.5}, {"b": [[0, 0.5], [20, 1.5]]}, "steps", 40)
     assert in_steps.at_step(10, 40) == [1.0, 1.0] and in_steps.record() == {"b": [[0.0, 0.5], [0.5, 1.5]]}
 
@@ -49,6 +52,8 @@ def test_a_reward_that_enters_later_weighs_0_before_its_first_point_and_ramps_ca
         (["reward.schedule.strict_format=[[0,0.9],[0.5,0.8]]"], ["reward.weights.strict_format", "0.9"]),
         (["reward.schedule.strict_format=[[0,0.5],[0.5]]"], ["strict_format", "[x, weight]"]),
         (["reward.schedule.strict_format={start: 0.5}"], ["strict_format", "ramp"]),
+        (["reward.schedule.strict_format={start: 0.5, end: 1, from: 0.6, to: 0.4}"], ["strict_format", "from", "to"]),
+        (["reward.schedule.strict_format=[[0,0.5],[0.5,nan]]"], ["strict_format", "finite"]),
         (["reward.schedule_unit=steps", "reward.schedule.strict_format=[[0,0.5],[5,0.8]]"], ["max_steps"]),
         (
             [*ALL_ZERO, "reward.schedule.length=[[0.5,1.0]]"],
@@ -80,6 +85,9 @@ def test_the_recipes_and_the_sweep_compose() -> None:
         "xmlcount": 0.15,
     }
     assert schedule.weights(0.0) == config_mod.load(compose(["experiment=quickstart"])).reward.ordered_weights()
+    # The curriculum sweep's ramp on top of the staged recipe's: the same form, so they compose.
+    both = config_mod.load(compose(["experiment=quickstart_staged", "sweep=curriculum"]))
+    assert both.reward.schedule["strict_format"] == {"start": 0.5, "end": 1.0, "from": 0.0, "to": 0.5}
 
 
 def _lines(path: Path) -> list[dict]:

@@ -67,10 +67,10 @@ class HistoryWriter(TrainerCallback):
 
 
 class RewardWeights(TrainerCallback):
-    """`reward.schedule` (grpo_lab.schedule), applied at the start of every step on every process: TRL's
-    `reward_weights` tensor, which scores the step's completions, is set in place from the steps completed (a resumed
-    run continues from its checkpoint's step). The weights join the step's metrics as `reward_weights/<name>`, so
-    they reach history.jsonl and W&B in the same row as the rewards they weighed."""
+    """`reward.schedule` (grpo_lab.schedule), applied at the start of every step that generates, on every process:
+    TRL's `reward_weights` tensor, which scores the step's completions, is set in place from the steps completed (a
+    resumed run continues from its checkpoint's step). The weights join the step's metrics as `reward_weights/<name>`,
+    so they reach history.jsonl and W&B in the same row as the rewards they weighed."""
 
     def __init__(self, schedule: Any, recorder: Any) -> None:
         self.schedule, self.recorder = schedule, recorder
@@ -79,6 +79,12 @@ class RewardWeights(TrainerCallback):
         import torch
 
         trainer = self.recorder.trainer
+        # TRL scores completions when it generates them, every steps_per_generation x num_iterations micro-steps; a
+        # step that trains on buffered completions was scored with the weights of the step that generated them.
+        every, micro = args.steps_per_generation * trainer.num_iterations, trainer._step
+        generates = any((micro + i) % every == 0 for i in range(args.gradient_accumulation_steps))
+        if not generates and trainer._buffered_inputs is not None:
+            return
         weights = self.schedule.at_step(state.global_step, state.max_steps)
         trainer.reward_weights.copy_(torch.tensor(weights, dtype=trainer.reward_weights.dtype))
         metrics = trainer._metrics["train"]  # TRL averages these over the logging interval and logs them

@@ -157,7 +157,7 @@ def check(cfg: RunConfig, cache_dir: Path, *, prompts: int, seed: int | None = N
             per_reward[reward.__name__].append(reward(completions=completions, prompts=[row["prompt"]] * g, **extra))
     result = assess(per_reward, cfg.reward.weights, time.monotonic() - started)
     schedule = reward_schedule(cfg)
-    end = dict(zip(schedule.names, schedule.weights(1.0), strict=True)) if schedule else {}
+    end = dict(zip(schedule.names, schedule.last(cfg.max_steps), strict=True)) if schedule else {}
     return dataclasses.replace(result, tests_passed=_tests_passed(rewards, per_reward), end_weights=end)
 
 

@@ -3,8 +3,9 @@
 A schedule is piecewise linear in training progress (a fraction of `max_steps`, or steps with
 `reward.schedule_unit=steps`), through points `[[x, weight], ...]` with x strictly increasing; before its first point a
 reward has weight 0 (it enters later), after its last it keeps the last weight. A schedule may also be written as a
-ramp, the form a sweep sets one number of: `{start: 0.5, end: 0.8, from: 0.0, to: 0.5}` is `[[0.0, 0.5], [0.5, 0.8]]`
-(`from` defaults to 0, `to` to 1). A reward without a schedule keeps `reward.weights.<name>`.
+ramp, the form a sweep sets one number of: `{start: 0.5, end: 0.8, from: 0.2, to: 0.5}` is
+`[[0, 0.5], [0.2, 0.5], [0.5, 0.8]]` (`start` holds until `from`, default 0; `end` is reached at `to`, default 1).
+A reward without a schedule keeps `reward.weights.<name>`.
 
 The rules (each broken one is one line, naming the key): a scheduled reward must be a reward of `reward.functions`
 (the nearest name is offered); points in order and inside [0, 1] (or [0, max_steps]); no negative weight; the
@@ -14,6 +15,7 @@ training are all the weights 0 (GRPO would learn from nothing there).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -23,8 +25,6 @@ from grpo_lab.validation import Problem, fail, unknown_key
 
 _RAMP = "{start: W, end: W, from: X, to: X}"
 _POINTS = f"must be a list of [x, weight] points, e.g. [[0, 0.5], [0.5, 0.8]], or a ramp {_RAMP}"
-# A point's x just left of a reward's entry: where "every weight is 0" can hide between two points.
-_EPSILON = 1e-9
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,10 @@ class Schedule:
         """The weights of the step that starts after `step` completed steps."""
         return self.weights(step / max_steps)
 
+    def last(self, max_steps: int) -> list[float]:
+        """The weights of the last step (progress (max_steps - 1) / max_steps: 1.0 itself is never trained)."""
+        return self.at_step(max_steps - 1, max_steps)
+
     def describe(self) -> list[str]:
         """One line per scheduled reward, e.g. `strict_format 0.5 -> 0.8 (0% -> 50%)`."""
         lines = []
@@ -80,7 +84,10 @@ def _as_points(value: Any, key: str) -> list[tuple[float, float]]:
         if extra or "start" not in value or "end" not in value:
             raise fail(Problem(key, "rule", dict(value), f"must be [[x, weight], ...] or a ramp {_RAMP}"))
         start, end = value.get("from", 0.0), value.get("to", 1.0)
-        return [(start, value["start"]), (end, value["end"])]
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (start, end)) or not start < end:
+            raise fail(Problem(key, "rule", dict(value), "a ramp's `from` must be a number below its `to`"))
+        # `start` holds until `from`, then moves linearly to `end` at `to`.
+        return [(0.0, value["start"]), *([(start, value["start"])] if start > 0 else []), (end, value["end"])]
     if isinstance(value, Sequence) and not isinstance(value, str) and value:
         points = []
         for point in value:
@@ -108,8 +115,8 @@ def build(
             raise fail(unknown_key("reward.schedule", name, list(names)))
         raw = _as_points(value, key)
         for x, w in raw:
-            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (x, w)):
-                raise fail(Problem(key, "rule", [list(p) for p in raw], "the points must hold numbers only"))
+            if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in (x, w)):
+                raise fail(Problem(key, "rule", [list(p) for p in raw], "the points must hold finite numbers only"))
         scale = max_steps if unit == "steps" else 1.0
         limit = "max_steps" if unit == "steps" else "1 (a fraction of max_steps; steps: reward.schedule_unit=steps)"
         if any(not 0 <= x <= scale for x, _ in raw):
@@ -128,18 +135,15 @@ def build(
                 f"reward.weights.{name}={start:g}, or begin the schedule at [0, {weights[name]:g}]"
             )
             raise fail(Problem(f"reward.weights.{name}", "rule", weights[name], must))
-    _check_never_all_zero(result)
+    _check_never_all_zero(result, max_steps)
     return result
 
 
-def _check_never_all_zero(schedule: Schedule) -> None:
-    """Piecewise linear weights: their extremes are at the points, and just left of where a reward enters."""
+def _check_never_all_zero(schedule: Schedule, max_steps: int) -> None:
+    """At every step training takes (progress k / max_steps, k < max_steps), some weight is not 0."""
     if not schedule:
         return
-    xs = {0.0, 1.0}
-    for points in schedule.points.values():
-        xs |= {x for x, _ in points} | {max(0.0, points[0][0] - _EPSILON)}
-    for x in sorted(xs):
+    for x in (k / max_steps for k in range(max_steps)):
         if all(w == 0 for w in schedule.weights(x)):
             raise fail(
                 Problem(

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from grpo_lab import data as data_mod
 from grpo_lab import health, interrupts, models, startup
 from grpo_lab.config import RunConfig, reward_schedule, to_grpo_config
-from grpo_lab.errors import GrpoLabError
+from grpo_lab.errors import ConfigError, GrpoLabError
 from grpo_lab.evaluate import EvalResult, change_metrics, evaluate
 from grpo_lab.graders import Grader, check_can_judge
 from grpo_lab.graders import build as build_graders
@@ -164,6 +164,9 @@ def _set_up(cfg: RunConfig, ctx: RunContext) -> _Job:
 
         check_isolation(cfg.reward.sandbox.isolation)
     unisolated = ["sandbox-unisolated"] if cfg.reward.sandbox and cfg.reward.sandbox.isolation != "bwrap" else []
+    schedule = reward_schedule(cfg)
+    if resume is not None and schedule and cfg.reward.schedule_unit == "fraction":
+        _check_resumed_length(resume, cfg.max_steps)
     tracker = Tracker(
         cfg.logger,
         run_dir=ctx.run_dir,
@@ -174,7 +177,22 @@ def _set_up(cfg: RunConfig, ctx: RunContext) -> _Job:
     grpo_args = to_grpo_config(
         cfg, output_dir=str(RunFolder(ctx.run_dir).trainer_dir), report_to=tracker.report_to, run_name=ctx.run_name
     )
-    return _Job(cfg, ctx, resume, pair, reward_funcs, graders, tracker, grpo_args, reward_schedule(cfg))
+    return _Job(cfg, ctx, resume, pair, reward_funcs, graders, tracker, grpo_args, schedule)
+
+
+def _check_resumed_length(resume: Resume, max_steps: int) -> None:
+    """A schedule in fractions of max_steps would stretch if a resumed run changed max_steps: its weights would move
+    back. Steps (`reward.schedule_unit=steps`) keep their place."""
+    import json
+
+    state = resume.checkpoint / "trainer_state.json"
+    before = json.loads(state.read_text()).get("max_steps") if state.is_file() else None
+    if before is not None and before != max_steps:
+        raise ConfigError(
+            f"`max_steps={max_steps}` resumes a run of max_steps={before} whose reward.schedule is in fractions of "
+            f"max_steps: its weights would be stretched over the new length. Resume with max_steps={before}, or "
+            f"give the schedule in steps (reward.schedule_unit=steps, points' x in steps)."
+        )
 
 
 # --------------------------------------------------------------------------------------- recorder
