@@ -7,6 +7,10 @@ difference with its 95% t-interval and the paired t-test's p (scipy). Results: b
     python -m grpo_lab -m experiment=quickstart seed=42,1,2,3          # the fixed weights (~35 min on 2 CPU cores)
     python -m grpo_lab -m experiment=quickstart_staged seed=42,1,2,3   # the staged schedule
     python benchmarks/curriculum.py outputs/multirun/<fixed grid> outputs/multirun/<staged grid>
+
+A side may also be a JSON file of recorded runs ({seed: {"eval_after/accuracy": ..., "eval_after/format": ...}}), or
+several sources joined by commas: benchmarks/results/quickstart_seeds.json holds the quick-start's seeds 1, 2 and 3
+as docs/quickstart.md records them (seeded runs repeat exactly: its seed 42 re-ran to the same numbers).
 """
 
 from __future__ import annotations
@@ -25,7 +29,15 @@ METRICS = {"accuracy": "eval_after/accuracy", "strict format": "eval_after/forma
 
 
 def runs_by_seed(folder: Path) -> dict[int, dict]:
-    """seed -> that run's metrics, for every finished run folder under `folder`."""
+    """seed -> that run's metrics, for every finished run folder under `folder` (or each folder of a comma-separated
+    list), or from a JSON file {seed: {metric: value}} of recorded runs (seeded runs repeat exactly)."""
+    if "," in str(folder):
+        merged: dict[int, dict] = {}
+        for part in str(folder).split(","):
+            merged |= runs_by_seed(Path(part))
+        return merged
+    if folder.suffix == ".json":
+        return {int(seed): values for seed, values in json.loads(folder.read_text()).items()}
     found = {}
     for metrics_file in sorted(folder.rglob("metrics.json")):
         record = json.loads(metrics_file.read_text())

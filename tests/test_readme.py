@@ -82,6 +82,12 @@ CHECKS: dict[str, Run | Compose | Compare | Make] = {
     "python -m grpo_lab experiment=code_humaneval": Compose(
         "tests/test_code.py::test_code_humaneval_ends_with_held_out_pass_at_1"
     ),
+    "python -m grpo_lab experiment=smoke 'reward.schedule.length=[[0,1.0],[0.5,0.2]]'": Compose(
+        "tests/test_schedule.py::test_a_smoke_run_applies_the_schedule_at_every_step"
+    ),
+    "python -m grpo_lab -m sweep=curriculum experiment=smoke hydra.sweeper.n_trials=3": Compose(
+        "tests/test_schedule.py::test_the_curriculum_sweep_varies_the_schedules"
+    ),
     # Exit 1 is the doctor's answer on a machine that cannot run the quick-start (it names the blocker).
     "python -m grpo_lab.doctor": Run("== grpo_lab doctor ==", codes=(0, 1)),
 }
