@@ -160,7 +160,7 @@ def recorder(tmp_path):
     cfg = config_mod.load(compose(["experiment=smoke", "logger=none", "max_steps=4"]))
     ctx = SimpleNamespace(run_dir=tmp_path, run_name="smoke", resolved_config={"name": "smoke"}, overrides=[])
     tracker = Tracker(cfg.logger, run_dir=tmp_path, name="smoke", group=None, tags=[])
-    job = SimpleNamespace(cfg=cfg, ctx=ctx, resume=None, tracker=tracker, main=True)
+    job = SimpleNamespace(cfg=cfg, ctx=ctx, resume=None, tracker=tracker, main=True, schedule=None)
     rec = Recorder(job, started=0.0)
     rec.start()
     rec.restart_logs()
