@@ -24,7 +24,17 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from grpo_lab.config import CodeJsonlData, HumanEvalData
-from grpo_lab.data import DatasetPair, Row, WorkedExample, _messages, _pair, _read_jsonl, _resolve, _split, build_prompt
+from grpo_lab.data import (
+    DatasetPair,
+    Row,
+    WorkedExample,
+    _pair,
+    _read_jsonl,
+    _resolve,
+    _split,
+    build_prompt,
+    conversation,
+)
 from grpo_lab.errors import DataError
 
 if TYPE_CHECKING:
@@ -146,10 +156,7 @@ def _code_row(obj: dict[str, Any], where: str, cfg: CodeJsonlData) -> Row:
         question = f"{prompt}\nYour code should pass these tests:\n```python\n{shown}\n```" if shown else prompt
         messages = build_prompt(question, cfg.system_prompt, cfg.num_shots, CODE_EXAMPLES)
     elif isinstance(prompt, list):
-        messages = _messages(prompt, where)
-        if cfg.system_prompt.strip() and not any(m["role"] == "system" for m in messages):
-            messages.insert(0, {"role": "system", "content": cfg.system_prompt})
-        question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), messages[-1]["content"])
+        messages, question = conversation(prompt, cfg.system_prompt, where)
     else:
         raise DataError(f"{where}: `prompt` must be a string or a list of messages, got {type(prompt).__name__}.")
     return {

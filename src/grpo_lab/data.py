@@ -287,6 +287,16 @@ def _messages(value: list[Any], where: str) -> list[Message]:
     return messages
 
 
+def conversation(prompt: list[Any], system_prompt: str, where: str) -> tuple[list[Message], str]:
+    """A file's ready conversation and its question (the last user turn): the file owns its turns, so no shots; only
+    a missing system prompt is added."""
+    messages = _messages(prompt, where)
+    if system_prompt.strip() and not any(m["role"] == "system" for m in messages):
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    return messages, users[-1] if users else messages[-1]["content"]
+
+
 def _jsonl_row(obj: dict[str, Any], where: str, cfg: JsonlData) -> dict[str, Any]:
     hint = " (A GSM8K-style file with `question`/`answer` loads with `data=gsm8k data.path=...`.)"
     _require(obj, ("prompt",), where, hint if "question" in obj else "")
@@ -295,12 +305,8 @@ def _jsonl_row(obj: dict[str, Any], where: str, cfg: JsonlData) -> dict[str, Any
     if isinstance(prompt, str):
         return {"prompt": build_prompt(prompt, cfg.system_prompt, cfg.num_shots), "question": prompt, "answer": answer}
     if isinstance(prompt, list):
-        # A ready conversation: the file owns its turns, so no shots; only a missing system prompt is added.
-        messages = _messages(prompt, where)
-        if cfg.system_prompt.strip() and not any(m["role"] == "system" for m in messages):
-            messages.insert(0, {"role": "system", "content": cfg.system_prompt})
-        users = [m["content"] for m in messages if m["role"] == "user"]
-        return {"prompt": messages, "question": users[-1] if users else messages[-1]["content"], "answer": answer}
+        messages, question = conversation(prompt, cfg.system_prompt, where)
+        return {"prompt": messages, "question": question, "answer": answer}
     raise DataError(f"{where}: `prompt` must be a string or a list of messages, got {type(prompt).__name__}.")
 
 
