@@ -202,6 +202,9 @@ def run_job(cfg: DictConfig, *, verbose: bool, swept: tuple[str, ...]) -> Any:
     from grpo_lab.run_folder import RunFolder
     from grpo_lab.train import Objective
 
+    if result is None:  # a machine other than 0 of a multi-machine job: machine 0 records and reports the run
+        print("This machine's processes finished; machine 0 records the run (metrics.json, W&B).", flush=True)
+        return Objective(float("nan"), {})
     text = summary.format_run(result)
     summary_file = RunFolder(result.run_dir).write_summary(text)
     trial = run_cfg.trial
@@ -226,11 +229,13 @@ def _train(cfg: DictConfig, *, multirun: bool, swept: tuple[str, ...]) -> tuple[
     trl_checks.check(run_cfg, num_processes=run_cfg.launcher.num_processes)
     context = _run_context(cfg, swept)
     if run_cfg.launcher.kind == "accelerate":
+        from grpo_lab import machines as machines_mod
         from grpo_lab.launch import run_children
 
+        machines = machines_mod.resolve(run_cfg.launcher, os.environ)
         slot = HydraConfig.get().job.get("num", 0) if multirun else 0
         startup.resume()  # this process only waits for its children, which load the model
-        return run_cfg, run_children(run_cfg, context, slot=int(slot or 0), env=dict(os.environ))
+        return run_cfg, run_children(run_cfg, context, machines, slot=int(slot or 0), env=dict(os.environ))
     from grpo_lab.train import run
 
     return run_cfg, run(run_cfg, context)

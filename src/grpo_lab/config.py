@@ -240,7 +240,11 @@ class LauncherConfig(_Schema):
     num_processes: PositiveInt
     config_file: str | None
     gpus_per_job: PositiveInt | None
-    main_process_port: int | None
+    main_process_port: int | None = Field(ge=1, le=65535)
+    # One job across machines (grpo_lab.machines): null takes Slurm's values inside a Slurm job step, else 1 / 0.
+    num_machines: PositiveInt | None
+    machine_rank: int | None = Field(ge=0)
+    main_process_ip: str | None
     extra_args: list[str]
 
 

@@ -33,6 +33,7 @@ import psutil
 from grpo_lab import interrupts
 from grpo_lab.config import LauncherConfig, RunConfig
 from grpo_lab.errors import ConfigError, GrpoLabError
+from grpo_lab.machines import Machines
 
 log = logging.getLogger("grpo_lab")
 
@@ -88,11 +89,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def command(launcher: LauncherConfig, job_file: Path, port: int) -> list[str]:
+def command(launcher: LauncherConfig, machines: Machines, job_file: Path, port: int) -> list[str]:
+    """This machine's `accelerate launch`: --num_processes counts every machine's processes."""
+    several = [
+        "--num_machines", str(machines.num_machines),
+        "--machine_rank", str(machines.machine_rank),
+        "--main_process_ip", str(machines.main_process_ip),
+    ] if machines.several else []  # fmt: skip
     return [
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(accelerate_config(launcher.config_file or "ddp.yaml")),
         "--num_processes", str(launcher.num_processes),
+        *several,
         "--main_process_port", str(port),
         *launcher.extra_args,
         "-m", "grpo_lab.launch_child", str(job_file),
@@ -152,28 +160,32 @@ def stop_children(proc: subprocess.Popen, signum: int = signal.SIGTERM, grace_s:
         log.warning("The launcher process %d did not exit after SIGKILL.", proc.pid)
 
 
-def run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) -> Any:
-    """Run the job on `launcher.num_processes` processes; returns the main child's RunResult.
+def run_children(cfg: RunConfig, ctx: Any, machines: Machines, *, slot: int, env: dict[str, str]) -> Any:
+    """Run this machine's share of the job's `launcher.num_processes` processes; returns the main child's
+    RunResult, or None on a machine other than 0 when its processes finished (machine 0 records the run).
     SIGINT/SIGTERM meanwhile: the children are stopped, then `interrupts.Interrupted` is raised."""
     with interrupts.handling():
-        return _run_children(cfg, ctx, slot=slot, env=env)
+        return _run_children(cfg, ctx, machines, slot=slot, env=env)
 
 
-def _run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) -> Any:
+def _run_children(cfg: RunConfig, ctx: Any, machines: Machines, *, slot: int, env: dict[str, str]) -> Any:
     from grpo_lab import models
     from grpo_lab.run_folder import RunFolder
     from grpo_lab.train import resume_context
 
     ctx, _ = resume_context(cfg, ctx)  # resume=<folder>: fails here, before launching, if it has no checkpoint
-    launch_dir = ctx.run_dir / "launch"
+    # Machines that share a file system (Slurm's nodes) may share the run folder: one launch folder each.
+    launch_dir = ctx.run_dir / "launch" / (f"machine{machines.machine_rank}" if machines.several else "")
     launch_dir.mkdir(parents=True, exist_ok=True)
     models.prepare(cfg.model, ctx.cache_dir)  # convert/build once here, not once per process
     # The main child records the run in metrics.json, as a single-process run does: that is the result.
     # A resumed run's old metrics.json stays until then (the children read its W&B id); only a fresh one counts.
     metrics_file = RunFolder(ctx.run_dir).metrics_file
     stale = metrics_file.read_bytes() if metrics_file.exists() else None
-    argv = command(cfg.launcher, _write_job(ctx, launch_dir), cfg.launcher.main_process_port or free_port())
-    log.info("Launching %d processes: %s", cfg.launcher.num_processes, " ".join(argv))
+    argv = command(cfg.launcher, machines, _write_job(ctx, launch_dir), machines.main_process_port or free_port())
+    if machines.several:
+        log.info("This is %s.", machines.describe())
+    log.info("Launching %d processes: %s", cfg.launcher.num_processes // machines.num_machines, " ".join(argv))
     tail: deque[str] = deque(maxlen=_TAIL_LINES)
     with (launch_dir / "children.log").open("w", encoding="utf-8") as log_file:
         proc = subprocess.Popen(
@@ -193,12 +205,23 @@ def _run_children(cfg: RunConfig, ctx: Any, *, slot: int, env: dict[str, str]) -
             signum = interrupts.signal_of(e)
             stop_children(proc, signum or signal.SIGTERM)
             pump.join(timeout=5)
-            if signum is not None:
+            if signum is not None and machines.is_main:
                 _check_interrupted_record(cfg, ctx, metrics_file, stale, signum)
             raise
         finally:
             pump.join(timeout=10)
+    if not machines.is_main:
+        if code == 0:
+            return None
+        raise LaunchError(
+            f"The training processes of machine {machines.machine_rank} failed (exit code {code}); machine 0 "
+            f"records the run. Last lines of {launch_dir / 'children.log'}:\n" + "\n".join(tail)
+        )
     fresh = metrics_file.exists() and metrics_file.read_bytes() != stale
+    if not fresh and code != 0:  # the main process died without a word (killed, out of memory)
+        signalled = [line.strip() for line in tail if "Signal " in line and "received by PID" in line]
+        cause = f" ({signalled[0].removeprefix('traceback : ')})" if signalled else ""
+        _record_missing(cfg, ctx, status="failed", error=f"the training processes ended with exit code {code}{cause}")
     return _result(
         cfg, RunFolder(ctx.run_dir).read_result() if fresh else None, code, launch_dir / "children.log", tail
     )
@@ -249,18 +272,25 @@ def _result(cfg: RunConfig, result: Any, code: int, log_path: Path, tail: deque[
 def _check_interrupted_record(cfg: RunConfig, ctx: Any, metrics_file: Path, stale: bytes | None, signum: int) -> None:
     """The main child records an interrupted run itself; if it could not (it was killed, or stopped before
     training began), the parent writes the record, with the last step in history.jsonl."""
+    if metrics_file.exists() and metrics_file.read_bytes() != stale:
+        return
+    _record_missing(cfg, ctx, status="interrupted", signum=signum)
+
+
+def _record_missing(
+    cfg: RunConfig, ctx: Any, *, status: str, signum: int | None = None, error: str | None = None
+) -> None:
+    """metrics.json for a run whose main process left none: how it ended and the last step in history.jsonl."""
     from grpo_lab.run_folder import RunFolder, RunResult
     from grpo_lab.tracking import TrackerInfo, choose_mode
 
-    if metrics_file.exists() and metrics_file.read_bytes() != stale:
-        return
     folder = RunFolder(ctx.run_dir)
     rows = folder.read_history()
     step = rows[-1].get("step", 0) if rows else 0
-    name = interrupts.signal_name(signum)
-    log.warning("The main process left no record: %s says interrupted by %s at step %d.", metrics_file, name, step)
+    how = interrupts.signal_name(signum) if signum is not None else error
+    log.warning("The main process left no record: %s says %s (%s) at step %d.", folder.metrics_file, status, how, step)
     result = RunResult(
-        status="interrupted",
+        status=status,
         objective=float("nan"),
         objective_metric=cfg.objective.metric,
         metrics={},
@@ -268,8 +298,12 @@ def _check_interrupted_record(cfg: RunConfig, ctx: Any, metrics_file: Path, stal
         run_name=ctx.run_name,
         # The children's W&B run (their environment is ours), left unclosed by the kill.
         tracker=TrackerInfo(mode=choose_mode(cfg.logger), run_id=folder.wandb_run_id()),
+        error=error,
     )
-    folder.write_metrics(result, interrupted={"signal": name, "step": step})
+    if signum is not None:
+        folder.write_metrics(result, interrupted={"signal": how, "step": step})
+    else:
+        folder.write_metrics(result, error=error, failed={"step": step})
 
 
 def _pump(proc: subprocess.Popen, log_file: Any, tail: deque[str]) -> None:

@@ -61,6 +61,11 @@ class RunContext:
     extra_tags: tuple[str, ...] = ()
 
 
+# What torch's gloo backend says when a peer rank's connection drops ("Connection closed by peer",
+# "Connection reset by peer"): the process that failed is another one.
+_PEER_GONE = "by peer"
+
+
 class Objective(float):
     """What the Hydra task returns: the objective as a float (any sweeper can use it), carrying all of the
     run's metrics for sweepers that optimise several (grpo_lab's Optuna sweeper reads `.metrics`)."""
@@ -354,6 +359,8 @@ class Recorder:
             return as_interrupt
         if signum is None:
             message = f"{type(error).__name__}: {error}"
+            if _PEER_GONE in str(error):  # gloo's words for a rank that died or stopped elsewhere
+                message = f"another process of the job ended first (see its machine's log): {message}"
             self._close(self.result("failed"), {"status": "failed", "error": message}, exit_code=1, error=message)
             return error
         # The trainer's step (a resumed one is 0 until its checkpoint is loaded), else the last logged one.
