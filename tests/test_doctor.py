@@ -7,17 +7,22 @@ give them device lists as torch would report them for real GPUs (named in each c
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
 
+from grpo_lab.config import LauncherConfig
 from grpo_lab.doctor import environment as env
-from grpo_lab.doctor import footprint
+from grpo_lab.doctor import footprint, peers
+from grpo_lab.launch import free_port
 
-from conftest import compose, run_cli
+from conftest import cli_env, compose, run_cli
 
 SMOKE = ["experiment=smoke"]
 
@@ -356,3 +361,119 @@ def test_memory_row_counts_a_vllm_server_on_this_host_once(monkeypatch, model_ca
     )
     _, row = _pinned(lambda free: _on_host(monkeypatch, run, args, shape, total=64 * GiB, available=free), 2 * training)
     assert "vLLM server at 10.1.2.3: its memory is that machine's" in row.detail
+
+
+# ------------------------------------------------------------------ a job across machines (loopback stands in)
+DDP_LAUNCHER = dict(
+    kind="accelerate", num_processes=2, config_file="ddp.yaml", gpus_per_job=None, main_process_port=None,
+    num_machines=None, machine_rank=None, main_process_ip=None, extra_args=[],
+)  # fmt: skip
+
+
+def _machine(rank: int, port: int, ip: str = "127.0.0.1") -> LauncherConfig:
+    return LauncherConfig(
+        **{**DDP_LAUNCHER, "num_machines": 2, "machine_rank": rank, "main_process_ip": ip, "main_process_port": port}
+    )
+
+
+def test_versions_compare_package_by_package():
+    mine = peers.local_versions()
+    assert list(mine) == ["python", "grpo_lab", "torch", "transformers", "trl", "accelerate"]
+    assert mine["torch"] == torch.__version__
+    same = peers.compare_versions(mine, dict(mine), "machine 1", host="gpu08")
+    assert same == peers.Check(
+        "machine 1", "ok", "machine 1 (gpu08): same python/grpo_lab/torch/transformers/trl/accelerate"
+    )
+    older = peers.compare_versions({**mine, "torch": "2.13.0"}, {**mine, "torch": "2.12.0"}, "machine 1")
+    assert older.status == "fail" and older.fix.startswith("install the same versions on every machine")
+    assert older.detail == "machine 1 runs other versions: torch 2.13.0 here, 2.12.0 on machine 1"
+
+
+def test_one_machine_has_no_peer_rows_and_a_wrong_topology_is_a_blocker():
+    assert peers.peer_checks(LauncherConfig(**DDP_LAUNCHER), {}, wait_s=0) == []
+    no_ip = LauncherConfig(**{**DDP_LAUNCHER, "num_machines": 2, "machine_rank": 1})
+    [row] = peers.peer_checks(no_ip, {}, wait_s=0)
+    assert (row.name, row.status) == ("machines", "fail") and "needs `launcher.main_process_ip`" in row.detail
+
+
+def test_two_machines_meet_on_loopback_and_compare_versions():
+    port = free_port()
+    with ThreadPoolExecutor(2) as pool:  # machine 1 starts first: it retries until machine 0 listens
+        joined = pool.submit(peers.peer_checks, _machine(1, port), {}, wait_s=10)
+        time.sleep(0.6)
+        hosted = pool.submit(peers.peer_checks, _machine(0, port), {}, wait_s=10)
+        host_rows, peer_rows = hosted.result(), joined.result()
+    same = "same python/grpo_lab/torch/transformers/trl/accelerate"
+    assert [(r.name, r.status) for r in host_rows] == [("machines", "ok"), ("machine 1", "ok")], host_rows
+    assert host_rows[0].detail == f"machine 0 of 2: 127.0.0.1:{port} free here; 1 of 1 other machines reported"
+    assert host_rows[1].detail == f"machine 1 ({socket.gethostname()}): {same}"
+    assert [(r.name, r.status) for r in peer_rows] == [("machines", "ok"), ("machine 0", "ok")], peer_rows
+    assert peer_rows[0].detail == f"machine 1 of 2: reached machine 0 at 127.0.0.1:{port}"
+    assert peer_rows[1].detail.endswith(same)
+    with socket.create_server(("127.0.0.1", port)):  # machine 0 let the port go: the real launch can bind it
+        pass
+
+
+def test_each_side_says_what_is_wrong_with_the_address(monkeypatch):
+    port = free_port()
+    started = time.monotonic()
+    [alone] = peers.peer_checks(_machine(1, port), {}, wait_s=1.5)  # machine 0's doctor never started
+    assert time.monotonic() - started < 5
+    assert alone.status == "warn" and alone.detail.startswith(f"127.0.0.1 is reachable but nothing listens on {port}")
+    assert "run the doctor on machine 0 at the same time" in alone.fix
+    [nowhere] = peers.peer_checks(_machine(1, port, ip="no-such-host.invalid"), {}, wait_s=1.5)
+    assert nowhere.status == "fail" and nowhere.detail == "main_process_ip no-such-host.invalid does not resolve"
+    with socket.create_server(("127.0.0.1", port)):  # something else holds the port on machine 0
+        [taken] = peers.peer_checks(_machine(0, port), {}, wait_s=1)
+    assert taken.status == "fail" and taken.detail == f"port {port} is in use on machine 0"
+    [elsewhere] = peers.peer_checks(_machine(0, port, ip="192.0.2.1"), {}, wait_s=1)  # TEST-NET-1: not this host
+    assert elsewhere.status == "fail" and elsewhere.detail.startswith(
+        "main_process_ip 192.0.2.1 is not an address of this machine: machine 0 must be the host at main_process_ip"
+    )
+    # machine 0 alone: the port is free, and the row for machine 1 says where to start it
+    rows = peers.peer_checks(_machine(0, port), {}, wait_s=0.5)
+    assert [(r.name, r.status) for r in rows] == [("machines", "ok"), ("machine 1", "warn")]
+    assert rows[1].detail == "machine 1 did not report within 0.5 s"
+    assert "launcher.machine_rank=1" in rows[1].fix
+
+
+def test_memory_row_counts_this_machines_share_of_the_processes(model_cache):
+    several = ["launcher=ddp", "launcher.num_processes=4", "launcher.num_machines=2"]
+    run, args = _run(*several, "launcher.main_process_ip=10.0.0.5")
+    shape = _shape(run, model_cache)
+    gpu = env.Gpu(0, "NVIDIA H100 80GB HBM3", (9, 0), total_bytes=H100, free_bytes=H100, bf16=True)
+    from grpo_lab import doctor
+
+    one = doctor._memory_check(run, args, shape, PROMPT, [gpu])
+    assert one.status == "fail" and one.detail == (
+        "launcher.num_processes=4 on 2 machines, 2 on this one, but 1 GPU(s) visible"
+    )
+    assert doctor._memory_check(run, args, shape, PROMPT, [gpu, gpu]).status == "ok"
+
+
+def test_doctor_on_two_machines_at_once(tmp_path, model_cache):
+    port = free_port()
+    several = ["launcher=ddp", "launcher.num_processes=2", "launcher.num_machines=2"]
+    several += ["launcher.main_process_ip=127.0.0.1", f"launcher.main_process_port={port}", "--wait", "30"]
+    started = []
+    for rank in (0, 1):
+        (tmp_path / f"m{rank}").mkdir()
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "grpo_lab.doctor", *SMOKE, *several, f"launcher.machine_rank={rank}", "--json"],
+                cwd=tmp_path / f"m{rank}",
+                env=cli_env(model_cache),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    done = [p.communicate(timeout=120) for p in started]
+    for p, (out, err) in zip(started, done, strict=True):
+        assert p.returncode == 0, out + err[-3000:]
+    host, peer = ({r["name"]: r for r in json.loads(out)["checks"]} for out, _ in done)
+    assert host["machines"]["detail"] == f"machine 0 of 2: 127.0.0.1:{port} free here; 1 of 1 other machines reported"
+    assert host["machine 1"]["status"] == peer["machine 0"]["status"] == "ok"
+    assert peer["machines"]["detail"] == f"machine 1 of 2: reached machine 0 at 127.0.0.1:{port}"
+    if not torch.cuda.is_available():  # each machine runs its share of the 2 processes
+        assert "host memory available, 1 process(es)" in host["memory"]["detail"]

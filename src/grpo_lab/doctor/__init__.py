@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from grpo_lab import config as config_mod
-from grpo_lab import vllm_server
-from grpo_lab.doctor import environment, footprint
+from grpo_lab import machines, vllm_server
+from grpo_lab.doctor import environment, footprint, peers
 from grpo_lab.doctor.checks import Check
-from grpo_lab.errors import describe, one_line
+from grpo_lab.errors import ConfigError, describe, one_line
 from grpo_lab.redact import redact
 
 __all__ = ["Check", "collect", "render", "to_json"]
@@ -30,8 +30,9 @@ _CHARS_PER_TOKEN = 4  # a BPE rule of thumb for English text; the estimate says 
 _TEMPLATE_TOKENS = 8  # chat-template tokens per message
 
 
-def collect(cfg: Any, *, sweeper: Any, cache_dir: Path) -> list[Check]:
-    """Every check, for a composed Hydra config `cfg` and its `hydra.sweeper` node."""
+def collect(cfg: Any, *, sweeper: Any, cache_dir: Path, wait_s: float = peers.WAIT_S) -> list[Check]:
+    """Every check, for a composed Hydra config `cfg` and its `hydra.sweeper` node; on a job across machines, waits
+    up to `wait_s` for the other machines' doctors."""
     from grpo_lab import tracking
 
     rows = [environment.python_row(), *environment.version_checks()]
@@ -48,6 +49,7 @@ def collect(cfg: Any, *, sweeper: Any, cache_dir: Path) -> list[Check]:
             rows += environment.vllm_checks(on_gpu=bool(gpus))
         mode, logged_in = tracking.choose_mode(run.logger), tracking.wandb_logged_in()
         rows += environment.wandb_checks(mode, logged_in, tracking.wandb_base_url(), timeout=_TIMEOUT)
+        rows += peers.peer_checks(run.launcher, os.environ, wait_s=wait_s)  # last: it may wait for the others
     if sweeper is not None and "storage" in sweeper:
         rows.append(storage_check(sweeper.storage, sweeper.get("study_name")))
     return rows
@@ -148,15 +150,26 @@ def _memory_check(run: Any, args: Any, shape: footprint.Shape, prompt_tokens: in
         vllm_generates=vllm is not None,
     )
     parts = footprint.memory(shape, batch)
-    procs = run.launcher.num_processes
+    procs, share = _processes_here(run.launcher)
     fix = "lower trainer.per_device_train_batch_size or max_completion_length, or model.lora.enabled=true"
     if gpus:
         if procs > len(gpus):
-            return Check(
-                "memory", "fail", f"launcher.num_processes={procs} but {len(gpus)} GPU(s) visible", "fewer processes"
-            )
+            return Check("memory", "fail", f"{share} but {len(gpus)} GPU(s) visible", "fewer processes")
         return _gpu_memory(parts, vllm, gpus, fix)
     return _host_memory(shape, parts, vllm, args, procs, fix)
+
+
+def _processes_here(launcher: Any) -> tuple[int, str]:
+    """This machine's training processes, and how the config says so: launcher.num_processes counts every machine's
+    (as accelerate's --num_processes does). A wrong topology is the "machines" row's to report."""
+    total = launcher.num_processes
+    try:
+        n = machines.resolve(launcher, os.environ).num_machines
+    except ConfigError:
+        n = 1
+    if n == 1:
+        return total, f"launcher.num_processes={total}"
+    return total // n, f"launcher.num_processes={total} on {n} machines, {total // n} on this one,"
 
 
 def _vllm(args: Any) -> footprint.Vllm | None:
