@@ -12,17 +12,20 @@ random moment, and once the survivors end, the same command is run again to resu
   FAIL           trials recorded FAIL (the killed worker's trial: not counted, its number is not reused)
 
     python benchmarks/sweep_stress.py                                  # all storages, 2 and 4 workers, 10 reps
+    python benchmarks/sweep_stress.py --storages grpc --workers 4,8 --reps 4   # through Optuna's gRPC proxy
     python benchmarks/sweep_stress.py --storages sqlite,postgresql --workers 2 --reps 2 --trials-per-worker 1 --check
                                                                        # CI (tests/test_stress.py): exit 1 on any error
     python benchmarks/sweep_stress.py --merge a.json b.log          # one table of earlier (partial) runs
 
-PostgreSQL needs GRPO_LAB_TEST_POSTGRES_URL (an admin URL; each repetition creates its own database).
+PostgreSQL and grpc (workers through Optuna's gRPC storage proxy in front of PostgreSQL) need
+GRPO_LAB_TEST_POSTGRES_URL (an admin URL; each repetition creates its own database).
 Writes benchmarks/results/sweep_stress.json (or --out).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -45,13 +48,19 @@ def _env(cache: Path) -> dict[str, str]:
     return env
 
 
-def _storage(kind: str, work: Path, rep: int) -> tuple[str, str]:
-    """(storage URL for the sweep, URL or journal path to read it back)."""
+def _storage(kind: str, work: Path, rep: int, stack: contextlib.ExitStack) -> tuple[str, str]:
+    """(storage URL for the sweep, URL or journal path to read it back). `grpc`: the workers go through Optuna's
+    gRPC proxy (`python -m grpo_lab.sweep.proxy`, stopped with `stack`) in front of a PostgreSQL database."""
     if kind == "sqlite":
         url = f"sqlite:///{work / 'optuna.db'}"
         return url, url
     if kind == "journal":
         return f"journal:{work / 'optuna.log'}", str(work / "optuna.log")
+    if kind == "grpc":
+        from grpo_lab.sweep import proxy
+
+        _, database = _storage("postgresql", work, rep, stack)
+        return stack.enter_context(proxy.running(database)), database
     import sqlalchemy
 
     admin_url = os.environ["GRPO_LAB_TEST_POSTGRES_URL"]
@@ -79,10 +88,17 @@ def _load(kind: str, where: str):
 def one_sweep(
     kind: str, workers: int, n_trials: int, kill: bool, rep: int, cache: Path, work_root: Path | None = None
 ) -> dict:
+    with contextlib.ExitStack() as stack:
+        return _one_sweep(kind, workers, n_trials, kill, rep, cache, work_root, stack)
+
+
+def _one_sweep(
+    kind: str, workers: int, n_trials: int, kill: bool, rep: int, cache: Path, work_root: Path | None, stack
+) -> dict:
     from optuna.trial import TrialState
 
     work = Path(tempfile.mkdtemp(prefix=f"stress_{kind}_{workers}_", dir=work_root))
-    url, where = _storage(kind, work, rep)
+    url, where = _storage(kind, work, rep, stack)
     args = [sys.executable, "-m", "grpo_lab", "-m", "sweep=lr_beta", *FAST, f"hydra.sweeper.n_trials={n_trials}"]
     args += [f"hydra.sweeper.storage='{url}'", "hydra/sweeper/pruner=none", "hydra.sweeper.heartbeat_interval=1"]
     args += ["hydra.sweeper.grace_period=4"]
@@ -135,7 +151,7 @@ def one_sweep(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--storages", default="sqlite,journal,postgresql")
+    parser.add_argument("--storages", default="sqlite,journal,postgresql,grpc")
     parser.add_argument("--workers", default="2,4")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--only-kills", action="store_true", help="kill a worker in every repetition")
@@ -172,9 +188,10 @@ def main() -> int:
 def _measure(opts: argparse.Namespace) -> list[dict]:
     random.seed(opts.seed)
     storages = [s for s in opts.storages.split(",") if s]
-    if "postgresql" in storages and not os.environ.get("GRPO_LAB_TEST_POSTGRES_URL"):
-        print("postgresql skipped: set GRPO_LAB_TEST_POSTGRES_URL", file=sys.stderr)
-        storages.remove("postgresql")
+    for needs_postgres in ("postgresql", "grpc"):
+        if needs_postgres in storages and not os.environ.get("GRPO_LAB_TEST_POSTGRES_URL"):
+            print(f"{needs_postgres} skipped: set GRPO_LAB_TEST_POSTGRES_URL", file=sys.stderr)
+            storages.remove(needs_postgres)
     cache = opts.cache or Path(tempfile.mkdtemp(prefix="stress_cache_"))
     hog = None if opts.no_hog else subprocess.Popen([sys.executable, "-c", "while True: pass"])
     rows = []

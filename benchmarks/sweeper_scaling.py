@@ -10,14 +10,18 @@ The time per trial is read from the study itself (consecutive completion times; 
 times), in windows at the start, the middle and the end of the study, so that growth with the number of
 trials shows: O(1) per trial means the last window costs what the first does. Goal: flat.
 
-    python benchmarks/sweeper_scaling.py                  # 100 trials; SQLite, journal (+ PostgreSQL)
+    python benchmarks/sweeper_scaling.py                  # 100 trials; SQLite, journal (+ PostgreSQL, gRPC)
     python benchmarks/sweeper_scaling.py --trials 1000    # the growth over 1,000 (long: ~0.3 s a trial)
-PostgreSQL runs when --postgres URL (or GRPO_LAB_TEST_POSTGRES_URL) is given.
+    python benchmarks/sweeper_scaling.py --storages postgresql grpc --workers 1 4 8   # the gRPC proxy's arm
+PostgreSQL runs when --postgres URL (or GRPO_LAB_TEST_POSTGRES_URL) is given; so does `grpc`: the same database
+behind Optuna's gRPC storage proxy (`python -m grpo_lab.sweep.proxy`, started here), each worker a proxy client
+instead of a database connection pool; the table ends with gRPC's ms per trial against PostgreSQL direct.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -107,12 +111,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--storages", nargs="+", default=["sqlite", "journal", "postgresql"])
+    parser.add_argument("--storages", nargs="+", default=["sqlite", "journal", "postgresql", "grpc"])
     parser.add_argument("--postgres", default=os.environ.get("GRPO_LAB_TEST_POSTGRES_URL"))
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
         env = _pairs.env(work / "cache", WANDB_MODE="disabled")
         urls = {
@@ -121,6 +125,11 @@ def main() -> int:
         }
         if args.postgres:
             urls["postgresql"] = lambda: args.postgres
+            if "grpc" in args.storages:
+                from grpo_lab.sweep import proxy
+
+                address = stack.enter_context(proxy.running(args.postgres))
+                urls["grpc"] = lambda: address
         print(f"Hydra's basic sweeper: {args.trials} jobs", file=sys.stderr, flush=True)
         hydra_ms = hydra_basic(args.trials, work, env)
         for kind, make_url in ((k, u) for k, u in urls.items() if k in args.storages):
@@ -134,10 +143,14 @@ def main() -> int:
                     wall = run_workers(build(url, study, args.trials, work), workers, work, env)
                     row[side] = {"wall_s": wall, "ms_per_trial": 1000 * wall / args.trials}
                     row[side]["windows_ms"] = per_trial_ms(url, study, args.trials)
-                    if kind == "postgresql":
+                    if kind in ("postgresql", "grpc"):
                         import optuna
 
-                        optuna.delete_study(study_name=study, storage=url)
+                        from grpo_lab.sweep.storage import lock_study
+
+                        optuna.delete_study(study_name=study, storage=args.postgres)
+                        with contextlib.suppress(KeyError):  # the claim lock's study, behind the proxy
+                            optuna.delete_study(study_name=lock_study(study), storage=args.postgres)
                 row["hydra_basic_windows_ms"] = hydra_ms  # one worker: Hydra's sweeper has no shared study
                 w_ours, w_base = row["grpo_lab"]["windows_ms"], row["baseline"]["windows_ms"]
                 first, last = next(iter(w_ours)), list(w_ours)[-1]
@@ -149,8 +162,21 @@ def main() -> int:
                 rows.append(row)
                 print(table([row]), flush=True)
     print(table(rows))
+    print(grpc_vs_direct(rows))
     print(f"written: {_pairs.write('sweeper_scaling', rows, args.out)}")
     return 0
+
+
+def grpc_vs_direct(rows: list[dict]) -> str:
+    """grpo_lab's ms per trial through the gRPC proxy against PostgreSQL direct, at each number of workers."""
+    by = {(r["storage"], r["workers"]): r["grpo_lab"]["ms_per_trial"] for r in rows}
+    lines = [
+        f"gRPC proxy vs PostgreSQL direct, {w} worker(s): {by[('grpc', w)]:.1f} vs {by[('postgresql', w)]:.1f} ms a "
+        f"trial ({by[('grpc', w)] / by[('postgresql', w)]:.2f}x)"
+        for (kind, w) in by
+        if kind == "grpc" and ("postgresql", w) in by
+    ]
+    return "\n".join(lines)
 
 
 def table(rows: list[dict]) -> str:

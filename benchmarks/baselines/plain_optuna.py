@@ -17,6 +17,9 @@ def storage(url: str):
         from optuna.storages.journal import JournalFileBackend
 
         return optuna.storages.JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
+    if url.startswith("grpc://"):  # Optuna's gRPC storage proxy
+        host, _, port = url.removeprefix("grpc://").rpartition(":")
+        return optuna.storages.GrpcStorageProxy(host=host, port=int(port))
     return url
 
 

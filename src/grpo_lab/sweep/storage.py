@@ -1,11 +1,14 @@
-"""Optuna storage for sweeps: SQLite by default, any RDB URL, or a journal file; safe for several workers.
+"""Optuna storage for sweeps: SQLite by default, any RDB URL, a journal file, or Optuna's gRPC storage proxy
+(`grpc://host:port`, started with `python -m grpo_lab.sweep.proxy`); safe for several workers.
 
 - Several workers may start at once on a study that does not exist yet: creating the schema and the
   study races on PostgreSQL, so creation is retried until one wins and the others load it.
 - Trials are claimed under a lock (a file lock beside SQLite/journal files, an advisory lock on
-  PostgreSQL), so that workers together run exactly `n_trials` and never more.
-- Running trials send heartbeats (Optuna's on RDB storages, grpo_lab's own on journal files); a trial
-  whose worker died goes stale and is marked FAIL (and re-run with `retry_failed`) by the next claim.
+  PostgreSQL, and elsewhere, e.g. behind the gRPC proxy, a lock made of Optuna's own atomic
+  WAITING -> RUNNING update), so that workers together run exactly `n_trials` and never more.
+- Running trials send heartbeats (Optuna's on RDB storages, grpo_lab's own in a system attribute on
+  journal files and the gRPC proxy); a trial whose worker died goes stale and is marked FAIL (and re-run
+  with `retry_failed`) by the next claim.
 
 :class:`SweepStorage` is what the sweeper holds; :func:`open_storage` opens a storage to read or report to.
 """
@@ -19,6 +22,7 @@ import logging
 import random
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +34,38 @@ from grpo_lab.redact import redact
 log = logging.getLogger("grpo_lab")
 
 JOURNAL_PREFIX = "journal:"
+GRPC_PREFIX = "grpc://"
+# Seconds to wait for a gRPC storage proxy to answer before saying it is not there.
+_PROXY_WAIT_S = 10.0
+
+
+def grpc_address(url: str) -> tuple[str, int] | None:
+    """(host, port) of a `grpc://host:port` storage URL; None for any other URL."""
+    if not url.startswith(GRPC_PREFIX):
+        return None
+    host, sep, port = url.removeprefix(GRPC_PREFIX).rstrip("/").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"Storage {url!r}: a gRPC storage proxy is `grpc://HOST:PORT`, e.g. grpc://127.0.0.1:13000.")
+    return host.strip("[]"), int(port)
+
+
+def grpc_proxy(url: str) -> Any:
+    """A client of the gRPC storage proxy at `url`, once it answers (else a one-line error naming the command)."""
+    import optuna
+
+    host, port = grpc_address(url)  # type: ignore[misc]
+    with warnings.catch_warnings():  # experimental since Optuna 4.2: said once in the docs, not on every worker
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        proxy = optuna.storages.GrpcStorageProxy(host=host, port=port)
+    try:
+        proxy.wait_server_ready(timeout=_PROXY_WAIT_S)
+    except Exception as e:
+        proxy.close()
+        raise ConfigError(
+            f"No Optuna storage proxy answers at {url} within {_PROXY_WAIT_S:.0f} s ({type(e).__name__}): start it "
+            f"first, e.g. `python -m grpo_lab.sweep.proxy postgresql+psycopg2://USER:PASSWORD@HOST/DB --port {port}`."
+        ) from e
+    return proxy
 
 
 def _sqlite_path(url: str) -> Path | None:
@@ -58,7 +94,7 @@ def study_sizes(url: str, timeout: int = 5) -> dict[str, int]:
     """Each study's number of trials; read-only (a database without Optuna's tables is left without them)."""
     import optuna
 
-    if not url.startswith(JOURNAL_PREFIX):
+    if not url.startswith(JOURNAL_PREFIX) and grpc_address(url) is None:
         import sqlalchemy
 
         kwargs = _engine_kwargs(url)
@@ -72,7 +108,7 @@ def study_sizes(url: str, timeout: int = 5) -> dict[str, int]:
         finally:
             engine.dispose()
     summaries = optuna.get_all_study_summaries(open_storage(url), include_best_trial=False)
-    return {s.study_name: s.n_trials for s in summaries}
+    return {s.study_name: s.n_trials for s in summaries if not is_lock_study(s.study_name)}
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:
@@ -92,6 +128,8 @@ def open_storage(url: str) -> Any:
         return optuna.storages.JournalStorage(JournalFileBackend(url.removeprefix(JOURNAL_PREFIX)))
     if _sqlite_path(url) is not None:
         return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+    if grpc_address(url) is not None:
+        return grpc_proxy(url)
     return url
 
 
@@ -103,6 +141,8 @@ def _optuna_storage(url: str, *, heartbeat_interval: int, grace_period: int, max
     if url.startswith(JOURNAL_PREFIX):
         Path(url.removeprefix(JOURNAL_PREFIX)).parent.mkdir(parents=True, exist_ok=True)
         return open_storage(url)  # Optuna keeps no heartbeats here: SweepStorage does
+    if grpc_address(url) is not None:
+        return grpc_proxy(url)  # nor through the proxy (the server holds the database's heartbeat table)
     sqlite = _sqlite_path(url)
     if sqlite is not None:
         sqlite.parent.mkdir(parents=True, exist_ok=True)
@@ -161,7 +201,8 @@ def is_race(error: BaseException) -> bool:
     return False
 
 
-# Journal files keep no heartbeats in Optuna: grpo_lab keeps its own in a system attribute (wall clock).
+# Journal files and the gRPC proxy keep no heartbeats in Optuna: grpo_lab keeps its own in a system attribute
+# (wall clock).
 _HEARTBEAT_ATTR = "grpo_lab:heartbeat"
 
 
@@ -210,7 +251,8 @@ class SweepStorage:
                 finally:
                     conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
             return
-        yield  # other databases: no cross-worker lock; n_trials may be overshot by concurrent workers
+        with StorageLock(self.optuna, study_name):  # the gRPC proxy, MySQL...: through Optuna's storage API
+            yield
 
     def create_or_load_study(self, name: str, *, directions: list[str], sampler: Any, pruner: Any) -> Any:
         """The study `name`, created by whichever worker gets there first; its directions must be these."""
@@ -266,7 +308,7 @@ class SweepStorage:
         return self.optuna.get_trial_id_from_study_id_trial_number(study_id, number)
 
     def beat(self, trial_id: int) -> None:
-        """Record that a trial's worker is alive (RDB: Optuna's heartbeat table; journal: our system attr)."""
+        """Record that a trial's worker is alive (RDB: Optuna's heartbeat table; journal, gRPC: our system attr)."""
         if self.is_rdb:
             if self.optuna.heartbeat_interval is not None:
                 self.optuna.record_heartbeat(trial_id)
@@ -279,8 +321,8 @@ class SweepStorage:
 
     def fail_stale(self, study: Any) -> list[int]:
         """Mark trials of dead workers (no heartbeat within the grace period) FAIL, and retry them up to
-        max_retry times; returns their numbers. RDB storages use Optuna's heartbeats, journal files ours."""
-        stale = self._fail_stale_rdb(study) if self.is_rdb else self._fail_stale_journal(study)
+        max_retry times; returns their numbers. RDB storages use Optuna's heartbeats, the others ours."""
+        stale = self._fail_stale_rdb(study) if self.is_rdb else self._fail_stale_by_attr(study)
         for number in stale:
             log.warning("Trial %d was left running by a worker that stopped; marked FAIL.", number)
         return stale
@@ -296,7 +338,7 @@ class SweepStorage:
         failed = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
         return sorted(before & failed)
 
-    def _fail_stale_journal(self, study: Any) -> list[int]:
+    def _fail_stale_by_attr(self, study: Any) -> list[int]:
         import optuna
         from optuna.trial import TrialState
 
@@ -345,3 +387,73 @@ class Heartbeats:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+
+# ------------------------------------------------------------------------------------------ storage lock
+_LOCK_STUDY = "grpo_lab:claim-lock:"
+# A holder keeps the lock for one claim (a few storage calls); one seen held this long has lost its worker.
+_LOCK_LEASE_S = 120.0
+
+
+def is_lock_study(name: str) -> bool:
+    """A study that only holds a StorageLock (listings leave it out)."""
+    return name.startswith(_LOCK_STUDY)
+
+
+def lock_study(study_name: str) -> str:
+    """The name of the study that holds `study_name`'s StorageLock (delete it with the study)."""
+    return _LOCK_STUDY + study_name
+
+
+class StorageLock:
+    """A cross-worker lock made of Optuna's storage API only, for storages grpo_lab has no other lock on
+    (behind the gRPC proxy a worker has no database connection, and no shared file).
+
+    The lock is trial 0 of a study of its own: WAITING is free, RUNNING is held. Optuna makes
+    WAITING -> RUNNING atomic (RDBStorage updates the row under SELECT ... FOR UPDATE and returns False when
+    the trial was not WAITING; the proxy passes that answer on): it is the same step that lets two workers
+    never pop one enqueued trial. Releasing sets WAITING again. A worker killed while holding it leaves it
+    RUNNING: a waiter that sees the same holding (the same start time) for _LOCK_LEASE_S of its own clock
+    frees it, so no clocks are compared across machines.
+    """
+
+    def __init__(self, storage: Any, study_name: str) -> None:
+        self._storage, self._name = storage, lock_study(study_name)
+
+    def _lock_trial(self) -> int:
+        import optuna
+        from optuna.trial import TrialState
+
+        try:
+            study_id = self._storage.get_study_id_from_name(self._name)
+        except KeyError:
+            try:
+                study_id = self._storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], self._name)
+            except optuna.exceptions.DuplicatedStudyError:
+                study_id = self._storage.get_study_id_from_name(self._name)
+        try:
+            return self._storage.get_trial_id_from_study_id_trial_number(study_id, 0)
+        except KeyError:  # two workers may both create one: trial 0 is the lock, the others are never used
+            template = optuna.trial.create_trial(state=TrialState.WAITING)
+            self._storage.create_new_trial(study_id, template_trial=template)
+            return self._storage.get_trial_id_from_study_id_trial_number(study_id, 0)
+
+    def __enter__(self) -> StorageLock:
+        from optuna.trial import TrialState
+
+        self._trial_id = self._lock_trial()
+        seen, since = None, time.monotonic()
+        while not self._storage.set_trial_state_values(self._trial_id, TrialState.RUNNING):
+            held = self._storage.get_trial(self._trial_id).datetime_start
+            if held != seen:
+                seen, since = held, time.monotonic()
+            elif time.monotonic() - since > _LOCK_LEASE_S:
+                log.warning("The sweep's claim lock was held for %.0f s: its worker is gone; freed.", _LOCK_LEASE_S)
+                self._storage.set_trial_state_values(self._trial_id, TrialState.WAITING)
+            time.sleep(0.02 + random.random() * 0.08)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from optuna.trial import TrialState
+
+        self._storage.set_trial_state_values(self._trial_id, TrialState.WAITING)
