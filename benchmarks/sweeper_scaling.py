@@ -132,8 +132,10 @@ def main() -> int:
                 urls["grpc"] = lambda: address
         print(f"Hydra's basic sweeper: {args.trials} jobs", file=sys.stderr, flush=True)
         hydra_ms = hydra_basic(args.trials, work, env)
-        for kind, make_url in ((k, u) for k, u in urls.items() if k in args.storages):
-            for workers in args.workers:
+        # Worker counts outside, storages inside: each storage's arm runs next to the others' at the same worker
+        # count, so that a machine whose speed drifts (a shared VM) shifts them alike.
+        for workers in args.workers:
+            for kind, make_url in ((k, u) for k, u in urls.items() if k in args.storages):
                 row = {"storage": kind, "workers": workers, "trials": args.trials}
                 for side, build in (("grpo_lab", ours), ("baseline", plain)):
                     url, study = make_url(), f"scaling_{uuid.uuid4().hex[:8]}"
