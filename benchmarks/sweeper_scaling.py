@@ -15,7 +15,8 @@ trials shows: O(1) per trial means the last window costs what the first does. Go
     python benchmarks/sweeper_scaling.py --storages postgresql grpc --workers 1 4 8   # the gRPC proxy's arm
 PostgreSQL runs when --postgres URL (or GRPO_LAB_TEST_POSTGRES_URL) is given; so does `grpc`: the same database
 behind Optuna's gRPC storage proxy (`python -m grpo_lab.sweep.proxy`, started here), each worker a proxy client
-instead of a database connection pool; the table ends with gRPC's ms per trial against PostgreSQL direct.
+instead of a database connection pool; the table ends with gRPC's ms per trial against PostgreSQL direct, and
+the most connections the database held during each (sampled from pg_stat_activity).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -142,8 +144,11 @@ def main() -> int:
                     if side == "baseline":  # Optuna's workers racing to create one SQLite schema fail; ours lock
                         _create(url, study)
                     print(f"{kind}, {workers} worker(s), {side}: {args.trials} trials", file=sys.stderr, flush=True)
-                    wall = run_workers(build(url, study, args.trials, work), workers, work, env)
+                    with ConnectionCount(args.postgres if kind in ("postgresql", "grpc") else None) as peak:
+                        wall = run_workers(build(url, study, args.trials, work), workers, work, env)
                     row[side] = {"wall_s": wall, "ms_per_trial": 1000 * wall / args.trials}
+                    if peak.most is not None:  # what the proxy is for: one connection pool, not one per worker
+                        row[side]["peak_db_connections"] = peak.most
                     row[side]["windows_ms"] = per_trial_ms(url, study, args.trials)
                     if kind in ("postgresql", "grpc"):
                         import optuna
@@ -169,12 +174,49 @@ def main() -> int:
     return 0
 
 
+class ConnectionCount:
+    """The most connections PostgreSQL held to the benchmark's database while the block ran (sampled every
+    0.1 s from pg_stat_activity, this sampler's own connection left out); `most` stays None without a URL."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url, self.most = url, None
+        self._stop = threading.Event()
+
+    def _sample(self) -> None:
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(self.url)
+        query = sqlalchemy.text(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        with engine.connect() as conn:
+            while not self._stop.is_set():
+                self.most = max(self.most or 0, conn.execute(query).scalar_one())
+                conn.rollback()
+                self._stop.wait(0.1)
+        engine.dispose()
+
+    def __enter__(self) -> ConnectionCount:
+        if self.url:
+            self.most = 0
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.url:
+            self._stop.set()
+            self._thread.join(timeout=10)
+
+
 def grpc_vs_direct(rows: list[dict]) -> str:
     """grpo_lab's ms per trial through the gRPC proxy against PostgreSQL direct, at each number of workers."""
     by = {(r["storage"], r["workers"]): r["grpo_lab"]["ms_per_trial"] for r in rows}
+    peak = {(r["storage"], r["workers"]): r["grpo_lab"].get("peak_db_connections") for r in rows}
     lines = [
         f"gRPC proxy vs PostgreSQL direct, {w} worker(s): {by[('grpc', w)]:.1f} vs {by[('postgresql', w)]:.1f} ms a "
-        f"trial ({by[('grpc', w)] / by[('postgresql', w)]:.2f}x)"
+        f"trial ({by[('grpc', w)] / by[('postgresql', w)]:.2f}x); at most {peak[('grpc', w)]} vs "
+        f"{peak[('postgresql', w)]} database connections"
         for (kind, w) in by
         if kind == "grpc" and ("postgresql", w) in by
     ]
