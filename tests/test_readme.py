@@ -46,6 +46,14 @@ class Compare:
 
 
 @dataclass(frozen=True)
+class Serve:
+    """A service that runs until stopped: its arguments parsed by its own parser; the named test runs it."""
+
+    parser: str  # module:function returning its argparse parser
+    covered_by: str
+
+
+@dataclass(frozen=True)
 class Make:
     recipe: str  # the target's command line in the Makefile
     covered_by: str
@@ -54,7 +62,12 @@ class Make:
 E2E_SMOKE = "tests/test_e2e.py::test_smoke_run_writes_the_run_folder"
 SWEEP_AND_COMPARE = "tests/test_compare.py::test_a_sweep_folder_compares_its_study"
 
-CHECKS: dict[str, Run | Compose | Compare | Make] = {
+MACHINES = "tests/test_machines.py::test_two_machines_on_loopback_train_one_job_recorded_once"
+MACHINE = "python -m grpo_lab experiment=smoke launcher=ddp launcher.num_processes=2 launcher.num_machines=2 "
+PROXY = "python -m grpo_lab.sweep.proxy postgresql+psycopg2://postgres:postgres@127.0.0.1:5432/postgres --port 13000"
+GRPC_WORKERS = "tests/test_storage.py::test_eight_workers_through_the_grpc_proxy_run_exactly_n_trials"
+
+CHECKS: dict[str, Run | Compose | Compare | Make | Serve] = {
     "make demo": Make("$(PY) -m grpo_lab", "tests/test_quickstart.py::test_quickstart_learns"),
     "make test": Make("$(PY) -m pytest", "tests/test_readme.py::test_every_readme_command_has_a_check"),
     "python -m grpo_lab": Compose("tests/test_quickstart.py::test_quickstart_learns"),
@@ -88,6 +101,15 @@ CHECKS: dict[str, Run | Compose | Compare | Make] = {
     "python -m grpo_lab -m sweep=curriculum experiment=smoke hydra.sweeper.n_trials=3": Compose(
         "tests/test_schedule.py::test_the_curriculum_sweep_varies_the_schedules"
     ),
+    MACHINE + "launcher.main_process_ip=127.0.0.1 launcher.machine_rank=0": Compose(MACHINES),
+    MACHINE + "launcher.main_process_ip=127.0.0.1 launcher.machine_rank=1": Compose(MACHINES),
+    "python -m grpo_lab -m sweep=grpo experiment=gsm8k_qwen05b hydra/launcher=submitit_slurm hydra.launcher.nodes=2 "
+    "hydra.launcher.tasks_per_node=1 hydra.launcher.gpus_per_node=8 launcher=ddp launcher.num_processes=16": Compose(
+        "tests/test_machines.py::test_a_sweep_trial_across_two_submitit_tasks_gives_one_objective"
+    ),
+    PROXY: Serve("grpo_lab.sweep.proxy:parser", GRPC_WORKERS),
+    "python -m grpo_lab -m sweep=lr_beta experiment=smoke hydra.sweeper.storage=grpc://127.0.0.1:13000 "
+    "hydra.sweeper.n_trials=8": Compose(GRPC_WORKERS),
     # Exit 1 is the doctor's answer on a machine that cannot run the quick-start (it names the blocker).
     "python -m grpo_lab.doctor": Run("== grpo_lab doctor ==", codes=(0, 1)),
 }
@@ -124,7 +146,7 @@ def test_every_readme_command_has_a_check():
     stale = [c for c in CHECKS if c not in COMMANDS]
     assert not stale, f"CHECKS entries whose command is no longer in README.md: {stale}"
     for command, check in CHECKS.items():
-        if isinstance(check, Compose | Compare | Make):
+        if isinstance(check, Compose | Compare | Make | Serve):
             assert _test_exists(check.covered_by), f"{command}: no test {check.covered_by}"
 
 
@@ -140,6 +162,15 @@ def test_make_targets_run_what_the_readme_says(command):
     recipe = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", makefile, flags=re.M)
     assert recipe, f"no `{target}` target in the Makefile"
     assert recipe.group(1).strip() == check.recipe
+
+
+@pytest.mark.parametrize("command", _of(Serve))
+def test_service_commands_parse(command):
+    import importlib
+
+    module, _, function = CHECKS[command].parser.partition(":")
+    parser = getattr(importlib.import_module(module), function)()
+    parser.parse_args(shlex.split(command)[3:])  # exits 2 on an argument its parser does not take
 
 
 @pytest.mark.parametrize("command", _of(Run))

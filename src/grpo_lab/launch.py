@@ -185,7 +185,7 @@ def _run_children(cfg: RunConfig, ctx: Any, machines: Machines, *, slot: int, en
     argv = command(cfg.launcher, machines, _write_job(ctx, launch_dir), machines.main_process_port or free_port())
     if machines.several:
         log.info("This is %s.", machines.describe())
-    log.info("Launching %d processes: %s", cfg.launcher.num_processes // machines.num_machines, " ".join(argv))
+    log.info("Launching %d process(es): %s", cfg.launcher.num_processes // machines.num_machines, " ".join(argv))
     tail: deque[str] = deque(maxlen=_TAIL_LINES)
     with (launch_dir / "children.log").open("w", encoding="utf-8") as log_file:
         proc = subprocess.Popen(

@@ -155,7 +155,7 @@ def from_study(storage: str, study_name: str, out_dir: Path | None = None) -> So
     import optuna
 
     from grpo_lab.errors import one_line
-    from grpo_lab.sweep.storage import open_storage
+    from grpo_lab.sweep.storage import open_storage, study_sizes
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     masked = MASK in reveal(storage)  # a password that only the user knows now
@@ -163,7 +163,7 @@ def from_study(storage: str, study_name: str, out_dir: Path | None = None) -> So
     try:
         study = optuna.load_study(study_name=study_name, storage=open_storage(storage))
     except KeyError as e:
-        names = [s.study_name for s in optuna.get_all_study_summaries(storage=open_storage(storage))]
+        names = list(study_sizes(storage))
         raise SourceError(f"No study {study_name!r} in {shown}; studies there: {', '.join(names) or 'none'}.") from e
     except Exception as e:
         hint = (

@@ -82,13 +82,17 @@ def _check_free(host: str, port: int) -> None:
             ) from e
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m grpo_lab.sweep.proxy", description=__doc__.split("\n\n")[0])
     parser.add_argument("url", help="the database, e.g. postgresql+psycopg2://USER:PASSWORD@HOST:5432/optuna")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     parser.add_argument("--port", type=int, default=13000)
     parser.add_argument("--threads", type=int, default=16, help="requests served at once (about one per worker)")
-    opts = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a service manager's stop: exit cleanly
     try:
