@@ -370,10 +370,11 @@ DDP_LAUNCHER = dict(
 )  # fmt: skip
 
 
-def _machine(rank: int, port: int, ip: str = "127.0.0.1") -> LauncherConfig:
+def _machine(rank: int, port: int, ip: str = "127.0.0.1", num_processes: int = 2) -> LauncherConfig:
     return LauncherConfig(
-        **{**DDP_LAUNCHER, "num_machines": 2, "machine_rank": rank, "main_process_ip": ip, "main_process_port": port}
-    )
+        **{**DDP_LAUNCHER, "num_machines": 2, "machine_rank": rank, "main_process_ip": ip, "main_process_port": port,
+           "num_processes": num_processes}
+    )  # fmt: skip
 
 
 def test_versions_compare_package_by_package():
@@ -412,6 +413,20 @@ def test_two_machines_meet_on_loopback_and_compare_versions():
     assert peer_rows[1].detail.endswith(same)
     with socket.create_server(("127.0.0.1", port)):  # machine 0 let the port go: the real launch can bind it
         pass
+
+
+def test_machines_started_with_another_job_shape_are_a_blocker():
+    """num_processes differs between the two commands: each side says so (the launch would hang at rendezvous)."""
+    port = free_port()
+    with ThreadPoolExecutor(2) as pool:
+        joined = pool.submit(peers.peer_checks, _machine(1, port, num_processes=4), {}, wait_s=10)
+        hosted = pool.submit(peers.peer_checks, _machine(0, port), {}, wait_s=10)
+        host_rows, peer_rows = hosted.result(), joined.result()
+    (host_fail,) = [r for r in host_rows if r.status == "fail"]
+    assert host_fail.name == "machine 1" and "launcher.num_processes=2 here, 4 on machine 1" in host_fail.detail
+    (peer_fail,) = [r for r in peer_rows if r.status == "fail"]
+    assert "launcher.num_processes=4 here, 2 on machine 0" in peer_fail.detail
+    assert peers.compare_jobs({"a": "1"}, None, "machine 0") == []  # an older doctor sends no job: no verdict
 
 
 def test_each_side_says_what_is_wrong_with_the_address(monkeypatch):

@@ -60,6 +60,23 @@ def compare_versions(mine: Mapping[str, str], theirs: Mapping[str, str], other: 
     return Check(other, "ok", f"{where}: same {'/'.join(names)}")
 
 
+def job_shape(launcher: LauncherConfig, machines: machines_mod.Machines) -> dict[str, str]:
+    """What every machine's command must agree on (the launch refuses, or hangs at the rendezvous, otherwise)."""
+    return {
+        "launcher.num_processes": str(launcher.num_processes),
+        "launcher.num_machines": str(machines.num_machines),
+        "launcher.config_file": str(launcher.config_file),
+    }
+
+
+def compare_jobs(mine: Mapping[str, str], theirs: Mapping[str, str] | None, other: str) -> list[Check]:
+    """A blocker when machine `other` was started with another job shape; none when they agree (or it sent none)."""
+    differ = [f"{k}={v} here, {theirs.get(k)} on {other}" for k, v in mine.items() if theirs and theirs.get(k) != v]
+    if not differ:
+        return []
+    return [Check(other, "fail", f"{other} runs another job: {'; '.join(differ)}", "run the same overrides everywhere")]
+
+
 def peer_checks(launcher: LauncherConfig, env: Mapping[str, str], *, wait_s: float = WAIT_S) -> list[Check]:
     """The rows for a job across machines; none on one machine. Waits up to `wait_s` for the other machines."""
     try:
@@ -68,7 +85,12 @@ def peer_checks(launcher: LauncherConfig, env: Mapping[str, str], *, wait_s: flo
         return [Check("machines", "fail", str(e))]  # its one line says which key to set
     if not machines.several:
         return []
-    hello = {"machine_rank": machines.machine_rank, "host": socket.gethostname(), "versions": local_versions()}
+    hello = {
+        "machine_rank": machines.machine_rank,
+        "host": socket.gethostname(),
+        "versions": local_versions(),
+        "job": job_shape(launcher, machines),
+    }
     if machines.is_main:
         return _host(machines, hello, wait_s)
     return _join(machines, hello, wait_s)
@@ -99,6 +121,7 @@ def _host(machines: machines_mod.Machines, hello: dict[str, Any], wait_s: float)
         rows.append(
             compare_versions(hello["versions"], first[rank]["versions"], f"machine {rank}", host=first[rank]["host"])
         )
+        rows += compare_jobs(hello["job"], first[rank].get("job"), f"machine {rank}")
     rows += [_missing(rank, wait_s) for rank in range(1, n) if rank not in first]
     return rows
 
@@ -236,7 +259,8 @@ def _exchange(machines: machines_mod.Machines, conn: socket.socket, hello: dict[
             fix = "something else (a running job?) may hold that port on machine 0: another launcher.main_process_port"
             return [Check("machines", "fail", detail, fix)]
     rows = [Check("machines", "ok", f"machine {machines.machine_rank} of {n}: reached machine 0 at {ip}:{port}")]
-    return [*rows, compare_versions(hello["versions"], reply["versions"], "machine 0", host=reply["host"])]
+    rows.append(compare_versions(hello["versions"], reply["versions"], "machine 0", host=reply["host"]))
+    return [*rows, *compare_jobs(hello["job"], reply.get("job"), "machine 0")]
 
 
 # ------------------------------------------------------------------------------------------------- the wire
