@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,18 @@ def postgres_url() -> str:
     if not url:
         skip_here("set GRPO_LAB_TEST_POSTGRES_URL=postgresql+psycopg2://... to run (see .ci/run)")
     return url
+
+
+def fresh_postgres_database(admin_url: str, tag: str) -> str:
+    """A new, empty PostgreSQL database's URL (workers racing on it create the schema and the study)."""
+    import sqlalchemy
+
+    name = f"grpo_lab_{tag}_{os.getpid()}_{time.time_ns()}"
+    admin = sqlalchemy.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    return admin_url.rsplit("/", 1)[0] + f"/{name}"
 
 
 def sqlite_url(cwd: Path) -> str:

@@ -16,7 +16,7 @@ from grpo_lab.errors import ConfigError
 from grpo_lab.sweep import proxy
 from grpo_lab.sweep import storage as st
 
-from conftest import postgres_url
+from conftest import fresh_postgres_database, postgres_url
 
 
 def _raised(fn) -> BaseException:
@@ -149,7 +149,7 @@ def test_the_storage_lock_lets_one_holder_in_at_a_time_and_frees_a_dead_holders_
         if kind == "grpc":
             storage = st.open_storage(stack.enter_context(proxy.running(f"sqlite:///{tmp_path / 'lock.db'}")))
         else:
-            storage = optuna.storages.RDBStorage(_fresh_database(postgres_url(), "lock"))
+            storage = optuna.storages.RDBStorage(fresh_postgres_database(postgres_url(), "lock"))
         _one_holder_at_a_time(storage, monkeypatch)
 
 
@@ -191,7 +191,7 @@ def test_eight_workers_through_the_grpc_proxy_run_exactly_n_trials(tmp_path):
 
     from conftest import REPO
 
-    database = _fresh_database(postgres_url(), "grpc")
+    database = fresh_postgres_database(postgres_url(), "grpc")
     app = REPO / "benchmarks" / "baselines" / "noop_sweep_app.py"
     with proxy.running(database) as address:
         args = [
@@ -217,15 +217,3 @@ def test_eight_workers_through_the_grpc_proxy_run_exactly_n_trials(tmp_path):
     assert Counter(t.state.name for t in trials) == {"COMPLETE": 40}
     assert len({t.number for t in trials}) == 40 and len({t.params["lr"] for t in trials}) == 40
     assert st.study_sizes(database) == {"many": 40}  # the lock's own study is left out of listings
-
-
-def _fresh_database(admin_url: str, tag: str) -> str:
-    """A new, empty PostgreSQL database's URL."""
-    import os
-
-    name = f"grpo_lab_{tag}_{os.getpid()}_{time.time_ns()}"
-    admin = sqlalchemy.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
-    admin.dispose()
-    return admin_url.rsplit("/", 1)[0] + f"/{name}"

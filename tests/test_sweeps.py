@@ -24,6 +24,7 @@ from conftest import (
     FAST,
     REPO,
     cli_env,
+    fresh_postgres_database,
     load_study,
     one_line_naming,
     postgres_url,
@@ -493,18 +494,8 @@ def test_two_workers_share_a_sqlite_study(tmp_path, model_cache):
 
 @pytest.mark.slow
 def test_two_workers_share_a_postgresql_study(tmp_path, model_cache):
-    url = postgres_url()
-    import sqlalchemy
-
     # A fresh, empty database: the two workers race to create the schema and the study.
-    name = f"grpo_lab_test_{os.getpid()}_{int(time.time())}"
-    admin = sqlalchemy.create_engine(url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
-    try:
-        _two_workers(tmp_path, model_cache, url.rsplit("/", 1)[0] + f"/{name}")
-    finally:
-        admin.dispose()
+    _two_workers(tmp_path, model_cache, fresh_postgres_database(postgres_url(), "test"))
 
 
 def _two_trials_side_by_side(tmp_path: Path, model_cache: Path, launcher: list[str], timeout: int) -> optuna.Study:

@@ -132,18 +132,19 @@ def _bind_failure(ip: str, port: int, error: OSError) -> Check:
             "machines", "fail", f"port {port} is in use on machine 0", "launcher.main_process_port=<another port>"
         )
     if isinstance(error, socket.gaierror):
-        return Check(
-            "machines",
-            "fail",
-            f"main_process_ip {ip} does not resolve",
-            "launcher.main_process_ip=<machine 0's address>",
-        )
+        return _unresolved(ip)
     return Check(
         "machines",
         "fail",
         f"main_process_ip {ip} is not an address of this machine: machine 0 must be the host at main_process_ip "
         f"({error.strerror or error})",
         "run launcher.machine_rank=0 on the machine at main_process_ip, or set launcher.main_process_ip to this one's",
+    )
+
+
+def _unresolved(ip: str) -> Check:
+    return Check(
+        "machines", "fail", f"main_process_ip {ip} does not resolve", "launcher.main_process_ip=<machine 0's address>"
     )
 
 
@@ -210,14 +211,7 @@ def _join(machines: machines_mod.Machines, hello: dict[str, Any], wait_s: float)
         try:
             conn = socket.create_connection((ip, port), timeout=max(min(left, _CONNECT_S), 0.1))
         except socket.gaierror:
-            return [
-                Check(
-                    "machines",
-                    "fail",
-                    f"main_process_ip {ip} does not resolve",
-                    "launcher.main_process_ip=<machine 0's address>",
-                )
-            ]
+            return [_unresolved(ip)]
         except ConnectionRefusedError:
             refused = True  # the host answered: machine 0's doctor is not listening yet
         except OSError as e:  # a timeout, no route: a firewall or a wrong address, or the network is slow

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -30,17 +31,16 @@ log = logging.getLogger("grpo_lab")
 def serve(url: str, *, host: str, port: int, threads: int) -> None:
     import optuna
 
-    from grpo_lab.sweep.storage import JOURNAL_PREFIX, _engine_kwargs, grpc_address
+    from grpo_lab.sweep.storage import JOURNAL_PREFIX, check_driver, engine_kwargs, grpc_address
 
     if url.startswith(JOURNAL_PREFIX) or grpc_address(url) is not None:
         raise ConfigError(
             f"{redact(url)!r}: the gRPC proxy serves a database (PostgreSQL, MySQL, SQLite), not a journal file "
             "or another proxy (Optuna's proxy does not support journal storage)."
         )
-    if url.startswith("postgresql://"):
-        raise ConfigError(f"{redact(url)!r}: use `postgresql+psycopg2://...` (psycopg 3 is not installed).")
+    check_driver(url)
     try:  # get_storage adds Optuna's cache of finished trials, which its docs ask for in front of an RDBStorage
-        storage = optuna.storages.get_storage(optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url)))
+        storage = optuna.storages.get_storage(optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url)))
     except Exception as e:
         raise ConfigError(f"Cannot open {redact(url)!r}: {type(e).__name__}: {redact(one_line(e))}") from e
     _serialise_state_updates(storage)
@@ -105,10 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 @contextlib.contextmanager
 def running(url: str, *, port: int | None = None, ready_s: float = 60.0) -> Iterator[str]:
     """A proxy for `url` in a child process while the block runs; yields its `grpc://127.0.0.1:PORT`
@@ -117,28 +113,35 @@ def running(url: str, *, port: int | None = None, ready_s: float = 60.0) -> Iter
     from grpo_lab.sweep.storage import grpc_proxy
 
     port = port or free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "grpo_lab.sweep.proxy", url, "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     address = f"grpc://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + ready_s
-        while True:
-            if proc.poll() is not None:
-                raise ConfigError(f"The storage proxy exited ({proc.returncode}): {proc.stderr.read()[-2000:]}")
-            try:
-                grpc_proxy(address).close()
-                break
-            except ConfigError:
-                if time.monotonic() > deadline:
-                    raise
-        yield address
-    finally:
-        proc.terminate()
+    # Its log goes to a file: a pipe nobody reads while the proxy serves would fill and block it.
+    with tempfile.TemporaryFile(mode="w+") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "grpo_lab.sweep.proxy", url, "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+            text=True,
+        )
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            deadline = time.monotonic() + ready_s
+            while True:
+                if proc.poll() is not None:
+                    log_file.seek(0)
+                    raise ConfigError(f"The storage proxy exited ({proc.returncode}): {log_file.read()[-2000:]}")
+                try:
+                    grpc_proxy(address).close()
+                    break
+                except ConfigError:
+                    if time.monotonic() > deadline:
+                        raise
+            yield address
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -97,7 +97,7 @@ def study_sizes(url: str, timeout: int = 5) -> dict[str, int]:
     if not url.startswith(JOURNAL_PREFIX) and grpc_address(url) is None:
         import sqlalchemy
 
-        kwargs = _engine_kwargs(url)
+        kwargs = engine_kwargs(url)
         if url.startswith("postgresql"):
             kwargs["connect_args"] = {"connect_timeout": timeout}
         engine = sqlalchemy.create_engine(url, **kwargs)
@@ -111,7 +111,7 @@ def study_sizes(url: str, timeout: int = 5) -> dict[str, int]:
     return {s.study_name: s.n_trials for s in summaries if not is_lock_study(s.study_name)}
 
 
-def _engine_kwargs(url: str) -> dict[str, Any]:
+def engine_kwargs(url: str) -> dict[str, Any]:
     # SQLite lets one writer in at a time; Python's 5 s busy timeout is too short when several workers
     # and their heartbeats share a file on a loaded machine ("database is locked" would fail a trial).
     connect_args = {"timeout": 120} if _sqlite_path(url) is not None else {}
@@ -127,10 +127,19 @@ def open_storage(url: str) -> Any:
 
         return optuna.storages.JournalStorage(JournalFileBackend(url.removeprefix(JOURNAL_PREFIX)))
     if _sqlite_path(url) is not None:
-        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url))
     if grpc_address(url) is not None:
         return grpc_proxy(url)
     return url
+
+
+def check_driver(url: str) -> None:
+    """Refuse, in one line, a database URL whose SQLAlchemy driver is not installed."""
+    if url.startswith("postgresql://"):
+        raise ConfigError(
+            f"Storage {redact(url)!r}: use `postgresql+psycopg2://...` (plain postgresql:// means psycopg 3 under "
+            "SQLAlchemy 2, which is not installed)."
+        )
 
 
 def _optuna_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_retry: int | None) -> Any:
@@ -146,11 +155,7 @@ def _optuna_storage(url: str, *, heartbeat_interval: int, grace_period: int, max
     sqlite = _sqlite_path(url)
     if sqlite is not None:
         sqlite.parent.mkdir(parents=True, exist_ok=True)
-    if url.startswith("postgresql://"):
-        raise ConfigError(
-            f"Storage {redact(url)!r}: use `postgresql+psycopg2://...` (plain postgresql:// means psycopg 3 under "
-            "SQLAlchemy 2, which is not installed)."
-        )
+    check_driver(url)
     callback = RetryHeartbeatStaleTrialCallback(max_retry=max_retry) if max_retry else None
     # Workers racing on an empty database collide creating the schema; the loser retries and finds it.
     for attempt in range(8):
@@ -160,7 +165,7 @@ def _optuna_storage(url: str, *, heartbeat_interval: int, grace_period: int, max
                 heartbeat_interval=heartbeat_interval,
                 grace_period=grace_period,
                 heartbeat_stale_trial_callback=callback,
-                engine_kwargs=_engine_kwargs(url),
+                engine_kwargs=engine_kwargs(url),
             )
         except Exception as e:
             if attempt == 7 or not is_race(e):
