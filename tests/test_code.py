@@ -106,7 +106,8 @@ def test_tests_reward_is_the_share_of_asserts_passed_in_the_sandbox(sandbox: dic
 
 def test_every_humaneval_canonical_solution_earns_the_full_tests_reward(sandbox: dict) -> None:
     """The data, the preamble and the per-assert split agree with HumanEval's own reference solutions: 164 of 164
-    pass every test when written as a model would (the whole function in a block), and the bare stub passes few."""
+    pass every test when written as a model would (the whole function in a block, or its body alone), and an answer
+    that adds nothing to the stub passes nothing."""
     problems = humaneval_problems()
     assert len(problems) == 164
     columns = {
@@ -116,8 +117,10 @@ def test_every_humaneval_canonical_solution_earns_the_full_tests_reward(sandbox:
     }
     solved = [fenced(p["prompt"] + p["canonical_solution"]) for p in problems]
     assert code_rewards.tests(solved, sandbox=sandbox, **columns) == [1.0] * 164
+    bodies = [fenced(p["canonical_solution"]) for p in problems]
+    assert code_rewards.tests(bodies, sandbox=sandbox, **columns) == [1.0] * 164
     stubs = code_rewards.tests([fenced("pass")] * 164, sandbox=sandbox, **columns)
-    assert sum(stubs) / 164 < 0.05  # HumanEval's `assert True` lines are not counted as tests
+    assert stubs == [0.0] * 164  # the stub alone returns None, which would pass HumanEval/12's `== None`
 
 
 # -------------------------------------------------------------------------------------------------------- data
@@ -181,7 +184,7 @@ def test_own_problems_in_mbpp_layout_are_graded_in_the_sandbox(tmp_path: Path, s
         ({"text": "Write f.", "test": "def check(candidate):\n    assert candidate() == 1\n"}, ["entry_point"]),
         ({"text": "Write f."}, ["test_list", "entry_point"]),
         ({"text": "Write f.", "test_list": ["assert f( == 1"]}, ["problems.jsonl:1", "do not parse"]),
-        ({"text": "Write f.", "test_list": ["f()"]}, ["no top-level assert"]),
+        ({"text": "Write f.", "test_list": ["f()"]}, ["no assert to run"]),
         ({"text": "Write f.", "test": "def helper():\n    pass\n", "entry_point": "f"}, ["check(candidate)"]),
     ],
 )

@@ -1,40 +1,30 @@
-"""The code reward's sandbox (issue #28 items 2 and 6): real bubblewrap, real subprocesses, hostile completions.
+"""The code reward's sandbox, as a user meets it: ordinary code passes, tests are planned right for every common
+layout, values cross the process boundary as data, the command line prints one JSON line (issues #28 and #36).
 
-Each hostile completion runs in a throwaway "trainer" process that holds WANDB_API_KEY and HF_TOKEN in its
-environment from its start (so that /proc/<pid>/environ shows them) and calls ``sandbox.run``; the test checks what
-the completion could do: pass, overrun its time, see a secret, write outside, reach a loopback server, leave a process,
-start more processes than its cap, or kill its caller. Under bubblewrap it must do none of these; ``rlimits`` alone
-records exactly which of them it cannot stop.
+The hostile completions are in test_sandbox_hostile.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 
 from grpo_lab import sandbox
-from grpo_lab.sandbox import MARKER, Limits, SandboxError, check_isolation, run, run_many
+from grpo_lab.code_data import humaneval_problems
+from grpo_lab.sandbox import Limits, SandboxError, check_isolation, check_tests, run, run_many, wire
+from grpo_lab.sandbox.plan import program
 
-from conftest import REPO, one_line_naming, skip_here
+from conftest import one_line_naming, skip_here
 
-LIMITS = Limits(timeout=1.5, memory_mb=512, processes=8, output_bytes=1 << 16)
-MARGIN = 1.0  # seconds a call may take beyond its timeout: killing, reaping, the first call's probe
+LIMITS = Limits(timeout=3, memory_mb=512, processes=8, output_bytes=1 << 16)
 SQUARE = "def f(x):\n    return x * x\n"
 ASSERTS = "assert f(2) == 4\nassert f(3) == 9\nassert f(-1) == 1\n"
-
-
 ISOLATIONS = ("bwrap", "rlimits")
 
 
@@ -50,83 +40,146 @@ def bwrap() -> None:
     needs("bwrap")
 
 
+def outcomes(cases: list[tuple], isolation: str = "bwrap", limits: Limits = LIMITS) -> list[tuple]:
+    """(passed, total, error) of each (code, tests[, entry_point[, preamble]]), all in one batch."""
+    verdicts = run_many(cases, 2, limits=limits, isolation=needs(isolation))
+    return [(v.passed, v.total, v.error) for v in verdicts]
+
+
 # ------------------------------------------------------------------------------------------------- ordinary code
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_correct_code_passes_every_assert(isolation: str) -> None:
+def test_correct_code_passes_and_wrong_code_gets_the_asserts_it_passes(isolation: str) -> None:
     needs(isolation)
-    verdict = run(SQUARE, ASSERTS, limits=LIMITS, isolation=isolation)
-    assert (verdict.passed, verdict.total, verdict.error, verdict.reward) == (3, 3, None, 1.0)
-    assert verdict.isolation == isolation
-    assert 0 < verdict.seconds < LIMITS.timeout
-    assert verdict.peak_memory_mb > 1
+    good = run(SQUARE, ASSERTS, limits=LIMITS, isolation=isolation)
+    assert (good.passed, good.total, good.error, good.reward) == (3, 3, None, 1.0)
+    assert good.isolation == isolation and 0 < good.seconds < LIMITS.timeout and good.peak_memory_mb > 1
+    wrong = run("def f(x):\n    return abs(x)\n", ASSERTS, limits=LIMITS, isolation=isolation)
+    assert (wrong.passed, wrong.total, wrong.error) == (1, 3, None)  # only f(-1) == 1
+    assert wrong.reward == pytest.approx(1 / 3) and wrong.detail.startswith("AssertionError")
+    broken = run("def f(x) return x * x\n", ASSERTS, limits=LIMITS, isolation=isolation)
+    assert (broken.passed, broken.error, broken.reward) == (0, "syntax", 0.0) and "SyntaxError" in broken.detail
+
+
+# Ordinary correct code that must pass every test: values of the standard library returned, code changing its
+# arguments in place, classes, generators, threads, printing, callables handed to it, exceptions expected of it.
+ORDINARY: dict[str, tuple[str, str]] = {
+    "counter_namedtuple": (
+        "from collections import Counter, namedtuple\nP = namedtuple('P', 'x y')\n"
+        "def f(s):\n    return Counter(s), P(1, 2)\n",
+        "assert f('aab') == ({'a': 2, 'b': 1}, (1, 2))\nassert f('aab')[0]['a'] == 2\n",
+    ),
+    "fraction_decimal_complex": (
+        "from fractions import Fraction\nfrom decimal import Decimal\ndef f():\n"
+        "    return Fraction(1, 3), Decimal('0.1'), 2 + 3j, 10 ** 40, -(2 ** 70), float('inf')\n",
+        "from fractions import Fraction\nfrom decimal import Decimal\n"
+        "assert f() == (Fraction(1, 3), Decimal('0.1'), 2 + 3j, 10 ** 40, -(2 ** 70), float('inf'))\n",
+    ),
+    "enums": (
+        "import enum\nclass Color(enum.IntEnum):\n    RED = 1\nclass Word(enum.StrEnum):\n    HI = 'hi'\n"
+        "def f():\n    return Color.RED, Word.HI, [Color.RED] * 2\n",
+        "assert f() == (1, 'hi', [1, 1])\n",
+    ),
+    "collections": (
+        "from collections import OrderedDict, defaultdict, deque, ChainMap\ndef f():\n"
+        "    d = defaultdict(list)\n    d['a'].append(1)\n"
+        "    return OrderedDict(a=1), d, deque([1, 2], maxlen=3), frozenset({1}), {1, 2}, b'x', bytearray(b'y')\n",
+        "from collections import OrderedDict, deque\n"
+        "assert f() == (OrderedDict(a=1), {'a': [1]}, deque([1, 2]), frozenset({1}), {1, 2}, b'x', bytearray(b'y'))\n"
+        "assert f()[1]['missing'] == []\n",
+    ),
+    "views_and_ranges": (
+        "def f(d):\n    return d.keys(), list(d.values()), range(3)\n",
+        "assert f({1: 2}) == ({1}, [2], range(0, 3))\n",
+    ),
+    "in_place": (
+        "def f(xs):\n    xs.sort()\ndef g(m):\n    m[:] = [list(r) for r in zip(*m[::-1])]\n"
+        "def h(d, s):\n    d['new'] = 1\n    s.discard(2)\n",
+        "xs = [3, 1, 2]\nf(xs)\nassert xs == [1, 2, 3]\nm = [[1, 2], [3, 4]]\nrow = m[0]\ng(m)\n"
+        "assert m == [[3, 1], [4, 2]]\nd, s = {}, {1, 2}\nh(d, s)\nassert (d, s) == ({'new': 1}, {1})\n",
+    ),
+    "recursion_limit": (
+        "import sys\nsys.setrecursionlimit(10000)\ndef f(n):\n    return 0 if n == 0 else 1 + f(n - 1)\n",
+        "assert f(5000) == 5000\n",
+    ),
+    "threads_and_print": (
+        "import threading\ndef f(x):\n    out = []\n    t = threading.Thread(target=lambda: out.append(x * x))\n"
+        "    t.start()\n    t.join()\n    print('debugging', x)\n    return out[0]\n",
+        ASSERTS,
+    ),
+    "mbpp_class": (
+        "class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n"
+        "        self.items.append(x)\n    def pop(self):\n        return self.items.pop()\n"
+        "    def __len__(self):\n        return len(self.items)\n    def __str__(self):\n"
+        "        return 'Stack(%d)' % len(self)\ndef size(stack):\n    return len(stack)\n",
+        "s = Stack()\ns.push(1)\ns.push(2)\nassert len(s) == 2 and size(s) == 2\nassert str(s) == 'Stack(2)'\n"
+        "assert s.pop() == 2\nassert s.items == [1]\n",
+    ),
+    "generator": (
+        "def f(n):\n    yield from range(n)\n",
+        "assert list(f(3)) == [0, 1, 2]\nassert sum(f(4)) == 6\nassert [x for x in f(2)] == [0, 1]\n",
+    ),
+    "callables_handed_in": (
+        "def f(xs, key):\n    return sorted(xs, key=key)\ndef apply(g, x):\n    return g(g(x))\n",
+        "assert f([3, -5, 1], key=abs) == [1, 3, -5]\nassert apply(lambda x: x * 2, 3) == 12\n"
+        "calls = []\nassert apply(lambda x: calls.append(x) or x, 1) == 1 and calls == [1, 1]\n",
+    ),
+    "expected_exception": (
+        "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x\n"
+        "def lookup(d, k):\n    if k not in d:\n        raise KeyError(k)\n    return d[k]\n",
+        "try:\n    f(-1)\n    assert False\nexcept ValueError as e:\n    assert 'negative' in str(e)\n"
+        "assert f(2) == 2\ntry:\n    {}['x']\nexcept KeyError:\n    pass\ntry:\n    lookup({}, 'x')\n"
+        "    assert False\nexcept KeyError as e:\n    assert str(e) == \"'x'\" and e.args == ('x',)\n",
+    ),
+    "tests_own_objects_and_namedtuples": (
+        "from collections import namedtuple\nSpan = namedtuple('Span', 'lo hi')\ndef height(node):\n"
+        "    return 0 if node is None else 1 + max(height(node.left), height(node.right))\n"
+        "def span(p):\n    return Span(min(p.x, p.y), max(p.x, p.y))\n",
+        "from collections import namedtuple\nclass Node:\n    def __init__(self, left=None, right=None):\n"
+        "        self.left, self.right = left, right\nassert height(Node(Node(Node()), Node())) == 3\n"
+        "P = namedtuple('P', 'x y')\nr = span(P(5, 2))\nassert r == (2, 5) and r.lo == 2 and r.hi == 5\n",
+    ),
+    "long_iterations": (
+        "import itertools\ndef perms(n):\n    return itertools.permutations(range(n))\n"
+        "def count(n):\n    return (i for i in range(n))\n",
+        "assert sum(1 for _ in perms(8)) == 40320\nassert list(count(3)) == [0, 1, 2]\nit = count(5)\n"
+        "assert next(it) == 0 and next(it) == 1 and list(it) == [2, 3, 4]\n",
+    ),
+    "iterators_stand_where_they_were_left": (
+        "log = []\ndef take(it, n):\n    return [next(it) for _ in range(n)]\ndef numbers():\n"
+        "    for i in range(10):\n        log.append(i)\n        yield i\ndef produced():\n    return len(log)\n",
+        "it = iter([1, 2, 3, 4, 5])\nassert take(it, 2) == [1, 2] and list(it) == [3, 4, 5]\ng = numbers()\n"
+        "assert next(g) == 0 and next(g) == 1 and produced() == 2\n",
+    ),
+    "pools": (
+        "import multiprocessing\nfrom concurrent.futures import ThreadPoolExecutor\ndef square(x):\n    return x * x\n"
+        "def threads(n):\n    with ThreadPoolExecutor(20) as pool:\n        return sum(pool.map(square, range(n)))\n"
+        "def processes(n):\n    with multiprocessing.Pool(2) as pool:\n"
+        "        return sum(pool.map(square, range(n)))\n",
+        "assert threads(40) == 20540\nassert processes(10) == 285\n",
+    ),
+    "callable_entry_points": (
+        "import functools\nclass Square:\n    def __init__(self, x):\n        self.value = x * x\n"
+        "class Doubler:\n    def __call__(self, x):\n        return 2 * x\ndef power(x, n):\n    return x ** n\n"
+        "class Box:\n    def get(self, x):\n        return x + 1\n"
+        "double = Doubler()\ncube = functools.partial(power, n=3)\nplus_one = Box().get\nneg = lambda x: -x\n",
+        "assert Square(3).value == 9\nassert double(4) == 8\nassert cube(2) == 8\nassert plus_one(1) == 2\n"
+        "assert neg(1) == -1\n",
+    ),
+}
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_wrong_code_gets_the_asserts_it_passes(isolation: str) -> None:
-    needs(isolation)
-    verdict = run("def f(x):\n    return abs(x)\n", ASSERTS, limits=LIMITS, isolation=isolation)
-    assert (verdict.passed, verdict.total, verdict.error) == (1, 3, None)  # only f(-1) == 1
-    assert verdict.reward == pytest.approx(1 / 3)
-    assert verdict.detail.startswith("AssertionError")
+def test_ordinary_correct_code_passes_every_test(isolation: str) -> None:
+    got = outcomes([(code, tests) for code, tests in ORDINARY.values()], isolation)
+    want = [(check_tests(tests), check_tests(tests), None) for _, tests in ORDINARY.values()]
+    assert dict(zip(ORDINARY, got, strict=True)) == dict(zip(ORDINARY, want, strict=True))
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_syntax_error(isolation: str) -> None:
-    needs(isolation)
-    verdict = run("def f(x) return x * x\n", ASSERTS, limits=LIMITS, isolation=isolation)
-    assert (verdict.passed, verdict.total, verdict.error, verdict.reward) == (0, 3, "syntax", 0.0)
-    assert "SyntaxError" in verdict.detail
-
-
-@pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_each_assert_of_a_check_function_is_a_test(isolation: str) -> None:
-    """HumanEval's layout: check(candidate) and an entry point; the reward is the share of its asserts that pass."""
-    needs(isolation)
-    tests = "LIMIT = 3\ndef check(candidate):\n    assert candidate(3) == 9\n    assert True\n"
-    tests += "    assert candidate(0) == 0\n"
-    tests += "    for x in range(LIMIT):\n        assert candidate(-x) == x * x\n"
-    good = run(SQUARE, tests, entry_point="f", limits=LIMITS, isolation=isolation)
-    assert (good.passed, good.total, good.error, good.reward) == (3, 3, None, 1.0)  # `assert True` tests nothing
-    bad = run("def f(x):\n    return 3 * x\n", tests, entry_point="f", limits=LIMITS, isolation=isolation)
-    assert (bad.passed, bad.total, bad.error) == (2, 3, None)  # f(3) == 9 and f(0) == 0
-    missing = run("def g(x):\n    return x * x\n", tests, entry_point="f", limits=LIMITS, isolation=isolation)
-    assert (missing.passed, missing.reward) == (0, 0.0) and "name 'f' is not defined" in missing.detail
-
-
-@pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_a_check_function_that_cannot_be_split_is_one_test(isolation: str) -> None:
-    needs(isolation)
-    tests = "def check(candidate):\n    if candidate(0) != 0:\n        return\n    assert candidate(3) == 9\n"
-    good = run(SQUARE, tests, entry_point="f", limits=LIMITS, isolation=isolation)
-    assert (good.passed, good.total, good.error) == (1, 1, None)
-    bad = run("def f(x):\n    return 2 * x\n", tests, entry_point="f", limits=LIMITS, isolation=isolation)
-    assert (bad.passed, bad.total) == (0, 1)
-    missing = run("def g(x):\n    return x * x\n", tests, entry_point="f", limits=LIMITS, isolation=isolation)
-    assert missing.passed == 0 and "defines no f" in missing.detail
-
-
-def test_setup_lines_are_not_tests_and_a_failing_one_fails_the_rest(bwrap: None) -> None:
-    tests = "import math\ndef near(a, b):\n    return math.isclose(a, b)\nassert near(f(2), 4)\nassert f(3) == 9\n"
-    assert run(SQUARE, tests, limits=LIMITS).passed == 2
-    broken = "assert f(2) == 4\nundefined_helper()\nassert f(3) == 9\n"
-    verdict = run(SQUARE, broken, limits=LIMITS)
-    assert (verdict.passed, verdict.total, verdict.error) == (1, 2, None)
-    assert "NameError" in verdict.detail
-
-
-@pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_ordinary_standard_library_code_is_not_refused(isolation: str) -> None:
-    """What the harness's audit hook refuses must not break what completions ordinarily use."""
-    needs(isolation)
+def test_ordinary_standard_library_code_runs(bwrap: None) -> None:
+    """What the sandbox shows (the standard library alone) is enough for what completions ordinarily use."""
     code = """
-import collections, dataclasses, enum, functools, itertools, logging, random, re, subprocess, threading, typing
-
-Point = collections.namedtuple("Point", "x y")
-Color = enum.Enum("Color", "RED GREEN")
-
-class Pair(typing.NamedTuple):
-    a: int
-    b: int
+import collections, dataclasses, enum, functools, hashlib, heapq, itertools, json, logging, math, random, re
+import statistics, string, subprocess, sys, threading, typing, zoneinfo
 
 @dataclasses.dataclass
 class Box:
@@ -136,70 +189,260 @@ class Box:
 def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
 
-def f(x):
-    logging.getLogger("completion").warning("computing %s", x)
-    results = []
-    worker = threading.Thread(target=lambda: results.append(x * x))
-    worker.start()
-    worker.join()
-    return results[0]
-
 def checks():
-    return (Point(1, 2).y, Color.GREEN.value, Pair(1, 2).b, Box(3).size, fib(20), len(re.findall("a", "banana")),
-            list(itertools.accumulate([1, 2, 3]))[-1], random.Random(0).randint(0, 0))
+    logging.getLogger("completion").warning("computing")
+    out = subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True).stdout.strip()
+    return (Box(3).size, fib(20), len(re.findall("a", "banana")), heapq.nsmallest(1, [3, 1]),
+            hashlib.sha256(b"").hexdigest()[:4], json.dumps([1]), out, str(zoneinfo.ZoneInfo("UTC")))
 """
-    tests = ASSERTS + "assert checks() == (2, 2, 2, 3, 6765, 3, 6, 0)\n"
-    verdict = run(code, tests, limits=LIMITS, isolation=isolation)
-    assert (verdict.passed, verdict.total, verdict.error) == (4, 4, None), verdict
+    tests = "assert checks() == (3, 6765, 3, [1], 'e3b0', '[1]', '42', 'UTC')\n"
+    assert outcomes([(code, tests)]) == [(1, 1, None)]
 
 
-@pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_peak_memory_is_the_completions(isolation: str) -> None:
-    needs(isolation)
-    verdict = run(SQUARE + "block = b'x' * (120 << 20)\n", ASSERTS, limits=LIMITS, isolation=isolation)
-    assert verdict.passed == 3
-    assert 120 <= verdict.peak_memory_mb < 300
+def test_a_call_that_exits_fails_that_call_only() -> None:
+    code = "import sys\ndef f(x):\n    if x == 0:\n        sys.exit(0)\n    return x * x\n"
+    tests = "try:\n    assert f(0) == 0\nexcept Exception:\n    pass\nassert f(2) == 4\nassert f(3) == 9\n"
+    verdict = run(code, tests, limits=LIMITS, isolation=needs("bwrap"))
+    assert (verdict.passed, verdict.total, verdict.error) == (2, 3, None), verdict
+    assert "SystemExit" in verdict.detail  # the first test failed: `except Exception` could not catch the exit
 
 
+def test_an_exception_crosses_as_its_nearest_builtin_type_with_its_message(bwrap: None) -> None:
+    code = "class Mine(KeyError):\n    pass\ndef f(x):\n    raise Mine('no such key: %s' % x)\n"
+    tests = (
+        "try:\n    f(7)\n    assert False\nexcept KeyError as e:\n    assert type(e) is KeyError and '7' in str(e)\n"
+    )
+    assert outcomes([(code, tests)]) == [(1, 1, None)]
+
+
+# --------------------------------------------------------------------------------------------------- planning
+CHECK_CALLED = "def check(fn):\n    assert fn(2) == 4\n    assert fn(3) == 9\n    assert fn(0) == 0\ncheck(double)\n"
+HUMANEVAL_LIKE = "LIMIT = 3\ndef check(candidate):\n    assert candidate(3) == 9\n    assert True\n" + (
+    "    assert candidate(0) == 0\n    for x in range(LIMIT):\n        assert candidate(-x) == x * x\n"
+)
+
+
+def test_every_common_test_layout_is_planned_right() -> None:
+    cases = [
+        ("def double(x):\n    return x * x\n", CHECK_CALLED),  # check(fn) and its call in the file
+        ("def double(x):\n    return x + 2\n", CHECK_CALLED),  # wrong: only double(2) == 4
+        ("x = 1\n", CHECK_CALLED),  # defines nothing: passes nothing
+        ("def double(x):\n    return 0\ndef fn(x):\n    return x * x\n", CHECK_CALLED),  # its own `fn` is not tested
+        ("def double(x):\n    return x * x\n", CHECK_CALLED, "double"),  # the call and an entry point: once
+        (SQUARE, HUMANEVAL_LIKE, "f"),  # HumanEval's layout: `assert True` tests nothing
+        ("def f(x):\n    return 3 * x\n", HUMANEVAL_LIKE, "f"),  # f(3) == 9 and f(0) == 0
+        (SQUARE, "def check(g):\n    assert g(2) == 4\n", "f"),  # check's parameter, whatever its name
+        ("def g(x):\n    return x * x\n", "def check(g):\n    assert g(2) == 4\n", "f"),  # its own g is no f
+        (
+            SQUARE,
+            "def check(candidate):\n    if candidate(0) != 0:\n        return\n    assert candidate(3) == 9\n",
+            "f",
+        ),
+        (
+            "import math\ndef add(a, b):\n    return a + b\n",
+            "import math\nassert add(1, 2) == 3\nassert add(-1, 1) == 0\nassert math.isclose(add(0.5, 0.25), 0.75)\n",
+        ),  # MBPP: setup, then its assert lines
+        (SQUARE, "assert f(2) == 4\nundefined_helper()\nassert f(3) == 9\n"),  # a failing setup line fails the rest
+        ("x = 1\n", 'if __name__ == "__main__":\n    assert f(2) == 4\n'),  # a main guard's tests run: no pass
+        ("def copy(xs):\n    return list(xs)\n", "assert copy((1, 2)) == [1, 2]\n"),  # named like a module
+    ]
+    assert outcomes(cases) == [
+        (3, 3, None),
+        (1, 3, None),
+        (0, 3, None),
+        (1, 3, None),
+        (3, 3, None),
+        (3, 3, None),
+        (2, 3, None),
+        (1, 1, None),
+        (0, 1, None),
+        (1, 1, None),  # a check that returns early cannot be split: one test
+        (3, 3, None),
+        (1, 2, None),
+        (0, 1, None),
+        (1, 1, None),
+    ]
+
+
+def test_a_missing_function_is_named_in_the_detail(bwrap: None) -> None:
+    verdict = run("x = 1\n", CHECK_CALLED, limits=LIMITS)
+    assert verdict.passed == 0 and verdict.detail == "NameError: the completion defines no double"
+
+
+def test_a_stub_of_the_preamble_is_no_answer(bwrap: None) -> None:
+    """HumanEval's preamble declares the function: an answer that adds nothing is tested as nothing, not as the stub
+    (which returns None and would pass `candidate([]) == None`)."""
+    preamble = 'def longest(words):\n    """The longest word, None for none."""\n'
+    tests = "def check(candidate):\n    assert candidate([]) == None\n    assert candidate(['a', 'bb']) == 'bb'\n"
+    body = "    return max(words, key=len) if words else None\n"
+    whole = "def longest(words):\n    return max(words, key=len) if words else None\n"
+    future = "from __future__ import annotations\n" + whole.replace("(words)", "(words: list)")
+    future += 'NOTE = """\nfrom __future__ import annotations\n"""\n'  # the same line in a string stays there
+    answers = ("# nothing\n", "pass\n", "x = 1\n", body, whole, future)
+    cases = [(code, tests, "longest", preamble) for code in answers]
+    assert outcomes(cases) == [(0, 2, None), (0, 2, None), (0, 2, None), (2, 2, None), (2, 2, None), (2, 2, None)]
+    assert "from __future__" in program(preamble, future)[0].split('NOTE = """')[1]
+
+
+def test_a_timeout_or_a_crash_keeps_the_tests_passed_before_it(bwrap: None) -> None:
+    loops = "def f(x):\n    while x == 3:\n        pass\n    return x * x\n"
+    crashes = "import os\ndef f(x):\n    if x == 3:\n        os._exit(3)\n    return x * x\n"
+    segfaults = "import ctypes\ndef f(x):\n    if x == 3:\n        ctypes.string_at(0)\n    return x * x\n"
+    limits = Limits(timeout=1.5, memory_mb=512)
+    verdicts = run_many([(loops, ASSERTS), (crashes, ASSERTS), (segfaults, ASSERTS)], 2, limits=limits)
+    assert [(v.passed, v.total, v.error) for v in verdicts] == [(1, 3, "timeout"), (1, 3, "runtime"), (1, 3, "killed")]
+    assert verdicts[0].reward == pytest.approx(1 / 3) and verdicts[0].seconds < limits.timeout + 1
+    assert "SIGSEGV" in verdicts[2].detail
+
+
+@pytest.mark.parametrize(
+    ("tests", "entry_point", "needles"),
+    [
+        ("assert f(2) ==\n", None, ["the tests do not parse", "line 1"]),
+        ("x = f(2)\n", None, ["no assert", "check(candidate)"]),
+        (ASSERTS, "f", ["entry_point='f'", "check(candidate)"]),
+        (
+            "import math\nassert math.sqrt(4) == 2\nassert f(2) == 4\n",
+            None,
+            ["line 2", "math.sqrt(4)", "whatever the answer"],
+        ),
+        ("assert False\nassert f(2) == 4\n", None, ["line 1", "assert False"]),
+        ("def check(c):\n    assert c(1) == 1\n    assert len([1]) == 1\n", "f", ["line 3", "len([1])"]),
+        ("def check(a, b):\n    assert a(1) == b\n", "f", ["check()", "one parameter"]),
+        ("assert (f(2) == 4, 'f(2) is 4')\n", None, ["line 1", "a tuple", "always true"]),
+    ],
+)
+def test_tests_that_cannot_be_run_or_test_nothing_are_refused_in_one_line(tests, entry_point, needles) -> None:
+    with pytest.raises(SandboxError) as error:
+        check_tests(tests, entry_point)
+    one_line_naming(error.value, *needles)
+
+
+def test_tests_computed_from_the_completion_are_not_refused() -> None:
+    """The refusal follows names: a result stored first, an argument changed in place, a helper that calls it."""
+    tests = (
+        "result = f(2)\nassert result == 4\nxs = [3, 1]\nf(xs)\nassert xs == [1, 3]\n"
+        "def near(a, b):\n    return abs(a - b) < 1e-9\ndef twice(x):\n    return f(f(x))\nassert twice(2) == 16\n"
+    )
+    assert check_tests(tests) == 3
+
+
+def test_an_assert_that_compares_the_completion_with_itself_is_no_test() -> None:
+    """HumanEval/33 compares `candidate(x)` with `sort_third(x)`, its own entry point: any consistent answer passes
+    those three; the four that compare with values stay."""
+    problem = next(p for p in humaneval_problems() if p["task_id"] == "HumanEval/33")
+    assert sandbox.plan(problem["test"], problem["entry_point"], problem["prompt"]).total == 4
+    assert check_tests("assert f(2) == f(2)\nassert f(2) == 4\n") == 1
+    # Comparing different things is a test: an order, another argument, a recurrence.
+    assert check_tests("assert f(10) > f(9)\nassert f(5) != f(6)\nassert f(12) == f(11) + f(10)\n") == 3
+
+
+def test_every_humaneval_problem_is_planned_with_its_own_helpers() -> None:
+    """HumanEval's tests take only the entry point from the completion; everything else (the prompt's helpers such
+    as poly and encode_cyclic, the modules they use) is the judge's own."""
+    for problem in humaneval_problems():
+        planned = sandbox.plan(problem["test"], problem["entry_point"], problem["prompt"])
+        assert planned.names == (problem["entry_point"],), problem["task_id"]
+    helpers = {p["task_id"]: sandbox.plan(p["test"], p["entry_point"], p["prompt"]) for p in humaneval_problems()}
+    assert "poly" not in helpers["HumanEval/32"].names and "encode_cyclic" not in helpers["HumanEval/38"].names
+
+
+# --------------------------------------------------------------------------------------------------- the wire
+def test_values_cross_as_builtin_values_of_the_allowed_types_only() -> None:
+    """Round trip of every allowed type, and the receiver's side refusing what is not a value."""
+    from collections import ChainMap, Counter, OrderedDict, defaultdict, deque
+    from decimal import Decimal
+    from fractions import Fraction
+
+    exported = []
+
+    def export(obj: object) -> list:
+        exported.append(obj)
+        return ["H", len(exported), type(obj).__name__]
+
+    values = [
+        None,
+        True,
+        1,
+        -(2**100),
+        1.5,
+        float("nan"),
+        "é\x00",
+        b"\xff",
+        bytearray(b"x"),
+        2j,
+        Fraction(1, 3),
+        Decimal("1.10"),
+        [1, [2]],
+        (1,),
+        {1, 2},
+        frozenset({3}),
+        {"a": {1: 2}},
+        Counter("aab"),
+        OrderedDict(a=1),
+        defaultdict(int, a=1),
+        deque([1], maxlen=2),
+        ChainMap({1: 2}),
+        range(1, 9, 2),
+        {1: 2}.keys(),
+    ]
+    for value in values:
+        back = wire.decode(json.loads(json.dumps(wire.encode(value, export))), None, None)
+        assert type(back) is type(value) and (back == value or back != back), value
+    assert wire.encode(len, export) == ["H", 1, "builtin_function_or_method"]
+    for bad in ([["x", 1]], {"a": 1}, ["l"], ["d", [1]], ["F", "0x1", "0x0"], ["D", "eval", []], ["b", "!!"]):
+        with pytest.raises((ValueError, TypeError, ArithmeticError)):
+            wire.decode(bad, lambda i: None, lambda i, k: None)
+
+
+def test_a_handle_is_never_compared_hashed_or_truth_tested() -> None:
+    handle = wire.Remote(None, 1, "Yes")
+    for use in (
+        lambda: handle == 4,
+        lambda: handle == 4,
+        lambda: hash(handle),
+        lambda: bool(handle),
+        lambda: [handle] == [4],
+        lambda: handle < 1,
+        lambda: {handle},
+    ):
+        with pytest.raises(wire.HandleError, match="not a value"):
+            use()
+    assert not isinstance(wire.HandleError("x"), Exception)  # no `except TypeError` in the tests turns it into a pass
+
+
+# ------------------------------------------------------------------------------------------------ the service
 def test_run_many_keeps_the_order_and_runs_side_by_side(bwrap: None) -> None:
     items = [(f"import time\ntime.sleep(0.4)\ndef f():\n    return {i}\n", "assert f() == 0\n") for i in range(4)]
     start = time.monotonic()
     verdicts = run_many(items, workers=2, limits=LIMITS)
     seconds = time.monotonic() - start
     assert [v.passed for v in verdicts] == [1, 0, 0, 0]  # only the first returns 0: the order is kept
-    items[2] = (items[2][0].replace("return 2", "return 0"), items[2][1])
-    assert [v.passed for v in run_many(items, workers=2, limits=LIMITS)] == [1, 0, 1, 0]
     assert seconds < sum(v.seconds for v in verdicts)  # side by side: less than the calls one after another
 
 
 LISTS_TMP = "def f(x):\n    import os\n    return os.listdir('/tmp')\n"
-# The pids of this sandbox's other processes: the harness is 1, this completion is itself; anything else was left.
 LISTS_PROCESSES = (
     "def f(x):\n    import os\n    found = []\n    for pid in range(2, 300):\n        if pid != os.getpid():\n"
     "            try:\n                os.kill(pid, 0)\n                found.append(pid)\n"
     "            except ProcessLookupError:\n                pass\n    return found\n"
 )
+WRONG = "def f(x):\n    return 0\n"
 
 
 def test_one_sandbox_serves_a_workers_completions_and_cleans_between_them(bwrap: None) -> None:
-    """Under bubblewrap a worker's completions run one after another in one sandbox: what one leaves behind (a file in
-    /tmp, a daemon) is gone before the next starts, and one that times out is replaced by a fresh sandbox."""
+    """A worker's completions run one after another in one sandbox: what one leaves behind (a file in /tmp, a daemon,
+    changed limits) is gone before the next starts, and one that times out is replaced by a fresh sandbox."""
     leaves = (
         WRONG + "open('/tmp/left', 'w').write('x')\nimport os, time\nif os.fork() == 0:\n    os.setsid()\n"
         "    if os.fork() == 0:\n        time.sleep(30)\n    os._exit(0)\nos.wait()\n"
     )
-    # What one completion does to the sandbox that serves it, for the ones after it: its limits, priority and CPUs,
-    # /tmp's mode, every socket and pipe it holds.
     tampers = (
-        WRONG + "import os, resource, socket, stat\n"
+        WRONG + "import os, resource\n"
         "for attempt in (lambda: resource.prlimit(1, resource.RLIMIT_FSIZE, (1, 1)),\n"
         "                lambda: os.setpriority(os.PRIO_PROCESS, 1, 19), lambda: os.sched_setaffinity(1, {0}),\n"
         "                lambda: os.chmod('/tmp', 0o555)):\n"
         "    try:\n        attempt()\n    except (OSError, ValueError) as e:\n        print(e)\n"
-        "for fd in range(3, 64):\n    try:\n        mode = os.fstat(fd).st_mode\n"
-        "        if stat.S_ISSOCK(mode):\n            socket.socket(fileno=fd).shutdown(socket.SHUT_RDWR)\n"
-        "        elif stat.S_ISFIFO(mode):\n            os.set_blocking(fd, False)\n"
-        "    except OSError:\n        pass\n"
     )
     writes = "def f(x):\n    open('/tmp/new', 'w').write('x' * 1000)\n    return x * x\n"
     items = [
@@ -213,7 +456,7 @@ def test_one_sandbox_serves_a_workers_completions_and_cleans_between_them(bwrap:
         (writes, ASSERTS),
         (writes, ASSERTS),
     ]
-    verdicts = run_many(items, workers=1, limits=LIMITS)
+    verdicts = run_many(items, workers=1, limits=Limits(timeout=1.5, memory_mb=512))
     assert [(v.passed, v.total, v.error) for v in verdicts] == [
         (0, 3, None),
         (1, 1, None),
@@ -227,356 +470,51 @@ def test_one_sandbox_serves_a_workers_completions_and_cleans_between_them(bwrap:
     ], [v.detail for v in verdicts]
 
 
-def test_tests_that_cannot_run_are_one_line_errors() -> None:
-    with pytest.raises(SandboxError) as error:
-        run(SQUARE, "assert f(2) ==\n", isolation="rlimits")
-    one_line_naming(error.value, "the tests do not parse", "line 1")
-    with pytest.raises(SandboxError) as error:
-        run(SQUARE, "x = f(2)\n", isolation="rlimits")
-    one_line_naming(error.value, "assert", "check(candidate)")
-    with pytest.raises(SandboxError) as error:
-        run(SQUARE, ASSERTS, entry_point="f", isolation="rlimits")
-    one_line_naming(error.value, "entry_point='f'", "check(candidate)")
-    with pytest.raises(SandboxError) as error:
-        run(SQUARE, ASSERTS, isolation="docker")  # type: ignore[arg-type]
-    one_line_naming(error.value, "reward.sandbox.isolation='docker'", "bwrap", "rlimits")
-
-
 def test_without_bubblewrap_one_line_names_both_ways_out(monkeypatch, tmp_path: Path) -> None:
+    from grpo_lab.sandbox import harness
+
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no bwrap on it
-    monkeypatch.setattr(sandbox, "_checked", {})
+    monkeypatch.setattr(harness, "_checked", {})
     for call in (lambda: check_isolation("bwrap"), lambda: run(SQUARE, ASSERTS)):
         with pytest.raises(SandboxError) as error:
             call()
         one_line_naming(error.value, "apt-get install bubblewrap", "reward.sandbox.isolation=rlimits")
     assert check_isolation("rlimits") == "rlimits"  # the other way out needs nothing
+    with pytest.raises(SandboxError) as error:
+        run(SQUARE, ASSERTS, isolation="docker")  # type: ignore[arg-type]
+    one_line_naming(error.value, "reward.sandbox.isolation='docker'", "bwrap", "rlimits")
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_the_command_line_prints_one_json_line(isolation: str, tmp_path: Path) -> None:
+def test_the_command_line_prints_one_json_line_and_keeps_the_output_in_it(isolation: str, tmp_path: Path) -> None:
     needs(isolation)
-    (tmp_path / "code.py").write_text("def f(x):\n    print('debugging', x)\n    return abs(x)\n")
+    code = "def f(x):\n    print('debugging', x, '\\x1b[2J\\x1b[31m')\n    return abs(x)\n"
+    code += 'print(\'{"passed": 3, "total": 3, "error": null}\')\n'  # a fake verdict of its own
+    (tmp_path / "code.py").write_text(code)
     (tmp_path / "tests.py").write_text(ASSERTS)
     argv = [sys.executable, "-m", "grpo_lab.sandbox", "code.py", "--tests", "tests.py", "--isolation", isolation]
-    proc = subprocess.run([*argv, "--timeout", "3"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    [line] = proc.stdout.splitlines()
+    proc = subprocess.run(
+        [*argv, "--timeout", "3"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=60,
+    )  # 2>&1, as a user would
+    assert proc.returncode == 0, proc.stdout
+    [line] = proc.stdout.splitlines()  # stdout (and stderr) carry exactly one line: the verdict
     verdict = json.loads(line)
-    assert set(verdict) == {"passed", "total", "error", "seconds", "peak_memory_mb", "isolation", "detail"}
+    assert set(verdict) == {"passed", "total", "error", "seconds", "peak_memory_mb", "isolation", "detail", "output"}
     assert (verdict["passed"], verdict["total"], verdict["error"], verdict["isolation"]) == (1, 3, None, isolation)
-    assert "debugging 2" in proc.stderr  # what the completion printed, to debug it by hand
+    assert "debugging 2" in verdict["output"] and "\x1b" not in verdict["output"] and "\\x1b[2J" in verdict["output"]
+    preamble = tmp_path / "preamble.py"
+    preamble.write_text('def f(x):\n    """Square it."""\n')
+    (tmp_path / "body.py").write_text("    return x * x\n")
+    (tmp_path / "check.py").write_text("def check(candidate):\n    assert candidate(3) == 9\n")
+    body = [*argv[:3], "body.py", "--tests", "check.py", "--entry-point", "f", "--preamble", str(preamble)]
+    done = subprocess.run([*body, "--isolation", isolation], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert json.loads(done.stdout)["passed"] == 1, done.stdout + done.stderr
     missing = subprocess.run(
         [*argv[:3], "nowhere.py", "--tests", "tests.py"], cwd=tmp_path, capture_output=True, text=True
     )
     assert missing.returncode == 1 and missing.stderr.startswith("Error: ") and "nowhere.py" in missing.stderr
-
-
-# ------------------------------------------------------------------------------------------- hostile completions
-# Placeholders, filled per test: PORT (a loopback server), HOME_PROBE / REPO_PROBE (files that must not appear),
-# SECRET_FILE (a file in the home folder holding a secret).
-WRONG = "def f(x):\n    return 0\n"
-# The two pids above the completion's process (the harness, then the caller: the throwaway trainer), read from /proc
-# (none where there is none). Never further: as root, killing every ancestor would take the test runner down.
-ANCESTORS = (
-    "def ancestors():\n    found, pid = [], os.getppid()\n    while pid > 1 and len(found) < 2:\n"
-    "        found.append(pid)\n"
-    "        try:\n            pid = int(open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()[1])\n"
-    "        except OSError:\n            break\n    return found\n"
-)
-HOSTILE: dict[str, tuple[str, str, str | None]] = {
-    "infinite_loop": ("while True:\n    pass\n", ASSERTS, None),
-    # 2**7 processes at most, so that a sandbox that cannot cap processes does not take the machine down.
-    "fork_bomb": (
-        "import os, time\nfor _ in range(7):\n    try:\n        os.fork()\n    except OSError:\n        break\n"
-        "print('P', flush=True)\ntime.sleep(30)\n",
-        ASSERTS,
-        None,
-    ),
-    "memory_bomb": ("block = bytearray(8 << 30)\n" + SQUARE, ASSERTS, None),
-    "output_flood": (
-        "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)\n",
-        ASSERTS,
-        None,
-    ),
-    "write_home": (
-        WRONG + "try:\n    open('HOME_PROBE', 'w').write('pwned')\nexcept OSError as e:\n    print(e)\n",
-        ASSERTS,
-        None,
-    ),
-    "write_repo": (
-        WRONG + "try:\n    open('REPO_PROBE', 'w').write('pwned')\nexcept OSError as e:\n    print(e)\n",
-        ASSERTS,
-        None,
-    ),
-    # Every ancestor's environment: the parent is the sandbox's harness, the trainer is further up.
-    "secret_environ": (
-        WRONG + "import os\nprint(dict(os.environ))\n" + ANCESTORS + "for pid in [*ancestors(), 1, 'self']:\n"
-        "    try:\n        print(pid, open('/proc/%s/environ' % pid, 'rb').read())\n    except OSError as e:\n"
-        "        print(pid, e)\n",
-        ASSERTS,
-        None,
-    ),
-    "secret_file": (
-        WRONG + "try:\n    print(open('SECRET_FILE').read())\nexcept OSError as e:\n    print(e)\n",
-        ASSERTS,
-        None,
-    ),
-    "network": (
-        WRONG + "import socket\nfor host in ('127.0.0.1', 'localhost'):\n    try:\n"
-        "        socket.create_connection((host, PORT), timeout=0.5).sendall(b'hello')\n        print('connected')\n"
-        "    except OSError as e:\n        print(host, e)\n",
-        ASSERTS,
-        None,
-    ),
-    # Its parent, then every ancestor it can find (the trainer is the harness's parent).
-    "kill_parent": (
-        WRONG + "import os, time\n" + ANCESTORS + "for pid in [os.getppid(), *ancestors()]:\n    try:\n"
-        "        os.kill(pid, 9)\n    except OSError as e:\n        print(pid, e)\ntime.sleep(0.2)\n",
-        ASSERTS,
-        None,
-    ),
-    "sys_exit": ("import sys\nsys.exit(0)\n" + SQUARE, ASSERTS, None),
-    "os_exit": ("import os\nprint('all tests passed')\nos._exit(0)\n" + SQUARE, ASSERTS, None),
-    "redefine_check": (
-        "import builtins\ndef f(x):\n    return 0\ndef check(candidate):\n    return True\n"
-        "class NotAnAssertion(Exception):\n    pass\nbuiltins.AssertionError = NotAnAssertion\n"
-        "builtins.isinstance = lambda *args: True\nbuiltins.len = lambda x: 0\n",
-        "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 9\n",
-        "f",
-    ),
-    "redefine_helper": (
-        WRONG + "def same(a, b):\n    return True\n",
-        "def same(a, b):\n    return a == b\nassert same(f(2), 4)\nassert same(f(3), 9)\n",
-        None,
-    ),
-    "fake_nonce": (
-        "import os\nfor fd in range(1, 64):\n    try:\n"
-        "        os.write(fd, b'\\n' + b'0123456789abcdef' * 2 + b' 3 3 - \\n')\n    except OSError:\n        pass\n"
-        "os._exit(0)\n",
-        ASSERTS,
-        None,
-    ),
-    # Reads the nonce out of the harness's own process by every way the audit hook refuses, then forges the verdict.
-    "steal_nonce": (
-        """import gc, os, re, sys, time
-found = set()
-def grab(get):
-    try:
-        found.update(re.findall(r"[0-9a-f]{32}", repr(get())))
-    except BaseException:
-        pass
-def stack(frame):
-    seen = []
-    while frame is not None:
-        seen.append(dict(frame.f_locals))
-        frame = frame.f_back
-    return seen
-def from_traceback():
-    try:
-        raise ZeroDivisionError
-    except ZeroDivisionError as e:
-        return stack(e.__traceback__.tb_frame)
-grab(lambda: stack(sys._getframe()))
-grab(lambda: [stack(f) for f in sys._current_frames().values()])
-grab(from_traceback)
-grab(lambda: [o for o in gc.get_objects() if isinstance(o, dict)])
-grab(lambda: open("/proc/self/mem", "rb").read(1))
-def on_alarm(signum, frame):
-    grab(lambda: stack(frame))
-def with_handler(module):
-    module.signal(module.SIGALRM, on_alarm)
-    module.setitimer(module.ITIMER_REAL, 0.01)
-    time.sleep(0.05)
-grab(lambda: with_handler(__import__("signal")))
-def fresh_signal():
-    import _imp
-    from importlib.machinery import BuiltinImporter, ModuleSpec
-    with_handler(_imp.create_builtin(ModuleSpec("_signal", BuiltinImporter)))
-grab(fresh_signal)
-grab(lambda: __import__("ctypes"))
-print("found", len(found))
-for guess in found:
-    for fd in range(1, 64):
-        try:
-            os.write(fd, (guess + " 3 3 - \\n").encode())
-        except OSError:
-            pass
-os._exit(0)
-""",
-        ASSERTS,
-        None,
-    ),
-    # Swaps its own socket in for the control socket and forwards the honest verdict with "3 of 3" passed.
-    "intercept_verdict": (
-        WRONG
-        + """import os, socket, stat, threading
-for fd in range(3, 64):
-    try:
-        if stat.S_ISSOCK(os.fstat(fd).st_mode) or stat.S_ISFIFO(os.fstat(fd).st_mode):
-            control = fd
-            break
-    except OSError:
-        pass
-real = os.dup(control)
-mine, theirs = socket.socketpair()
-os.dup2(mine.fileno(), control)
-def forward():
-    nonce, passed, total, rest = theirs.recv(4096).split(b" ", 3)
-    os.write(real, b" ".join([nonce, total, total, rest]))
-threading.Thread(target=forward, daemon=True).start()
-""",
-        ASSERTS,
-        None,
-    ),
-    # Names that shadow the builtins the tests call: abs(f(2) - 4) is 0, sorted([...]) is [1].
-    "shadow_builtins": (
-        WRONG + "def abs(x):\n    return 0\ndef sorted(x):\n    return [1]\n",
-        "assert abs(f(2) - 4) < 1e-6\nassert sorted([f(1)]) == [1]\n",
-        None,
-    ),
-    # Answers that equal anything: its own class, and a Python class of the standard library.
-    "always_equal": (
-        "class Yes:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
-        "def f(x):\n    return [Yes()]\n",
-        "assert f(2) == [4]\nassert f(3) == [9]\n",
-        None,
-    ),
-    "mock_any": ("from unittest.mock import ANY\ndef f(x):\n    return ANY\n", ASSERTS, None),
-    # A module the tests import, patched by the completion, and by a thread it leaves running.
-    "patch_module": (
-        WRONG + "import math\nmath.isclose = lambda *args, **kwargs: True\n",
-        "import math\nassert math.isclose(f(2), 4)\nassert math.isclose(f(3), 9)\n",
-        None,
-    ),
-    "patching_thread": (
-        WRONG + "import math, threading, time\ndef patch():\n    while True:\n"
-        "        math.isclose = lambda *args, **kwargs: True\n        time.sleep(0.001)\n"
-        "threading.Thread(target=patch, daemon=True).start()\n",
-        "import math\nassert math.isclose(f(2), 4)\nassert math.isclose(f(3), 9)\n",
-        None,
-    ),
-    "realtime_signal": ("import os\nos.kill(os.getpid(), 40)\n" + SQUARE, ASSERTS, None),
-    "segfault": (
-        "try:\n    import ctypes\n    ctypes.string_at(0)\nexcept Exception as e:\n    print(e)\n"
-        "import faulthandler\nfaulthandler._read_null()\n" + SQUARE,
-        ASSERTS,
-        None,
-    ),
-    "sleep": ("import time\ntime.sleep(30)\n" + SQUARE, ASSERTS, None),
-    "daemon": (
-        WRONG + "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(30)\n"
-        "    os._exit(0)\nos.wait()\n",
-        ASSERTS,
-        None,
-    ),
-}
-
-# What rlimits alone cannot stop (the completion runs as the caller's user, with its network and files), measured.
-RLIMITS_CANNOT_STOP = {
-    "network": {"reached the loopback server"},
-    "secret_environ": {"saw a secret"},  # the caller's /proc/<pid>/environ
-    "secret_file": {"saw a secret"},
-    "write_home": {"wrote outside"},
-    "write_repo": {"wrote outside"},
-    "kill_parent": {"killed its caller"},
-}
-if os.geteuid() == 0:  # RLIMIT_NPROC does not bind uid 0
-    RLIMITS_CANNOT_STOP["fork_bomb"] = {"started more processes than its cap"}
-
-# The throwaway trainer: run() in a process of its own, its verdict as JSON on stdout.
-TRAINER = """
-import json, sys, time
-from grpo_lab.sandbox import Limits, run
-job = json.load(sys.stdin)
-start = time.monotonic()
-verdict = run(job["code"], job["tests"], entry_point=job["entry_point"], limits=Limits(**job["limits"]),
-              isolation=job["isolation"])
-print(json.dumps({**verdict.summary(), "reward": verdict.reward, "stdout": verdict.stdout, "stderr": verdict.stderr,
-                  "wall": time.monotonic() - start}))
-"""
-
-
-def sandbox_processes() -> list[psutil.Process]:
-    """Live processes of any sandbox: the harness's first line is in the command line of each, forks included."""
-    found = []
-    for process in psutil.process_iter(["cmdline", "status"]):
-        if process.info["status"] != psutil.STATUS_ZOMBIE and MARKER in " ".join(process.info["cmdline"] or ()):
-            found.append(process)
-    return found
-
-
-def attack(name: str, isolation: str, monkeypatch) -> list[str]:
-    """Run one hostile completion through a throwaway trainer; what it managed to do, [] if nothing."""
-    tag = uuid.uuid4().hex
-    home_probe, repo_probe = Path.home() / f".grpo_lab_sandbox_probe_{tag}", REPO / f".grpo_lab_sandbox_probe_{tag}"
-    secret_file, secrets = Path.home() / f".grpo_lab_sandbox_secret_{tag}", (f"wandb-{tag}", f"hf_{tag}")
-    monkeypatch.setenv("WANDB_API_KEY", secrets[0])
-    monkeypatch.setenv("HF_TOKEN", secrets[1])
-    code, tests, entry_point = HOSTILE[name]
-    server = socket.create_server(("127.0.0.1", 0))
-    placeholders = {"PORT": str(server.getsockname()[1]), "HOME_PROBE": str(home_probe), "REPO_PROBE": str(repo_probe)}
-    for key, value in {**placeholders, "SECRET_FILE": str(secret_file)}.items():
-        code = code.replace(key, value)
-    limits = {field: getattr(LIMITS, field) for field in ("timeout", "memory_mb", "processes", "output_bytes")}
-    job = {"code": code, "tests": tests, "entry_point": entry_point, "limits": limits, "isolation": isolation}
-    temporary = set(Path(tempfile.gettempdir()).glob("grpo_lab_sandbox_*"))
-    secret_file.write_text(secrets[0])
-    try:
-        trainer = subprocess.run(
-            [sys.executable, "-c", TRAINER], input=json.dumps(job), capture_output=True, text=True, timeout=60
-        )
-        return findings(trainer, secrets, (home_probe, repo_probe), server, name)
-    finally:
-        server.close()
-        for path in (home_probe, repo_probe, secret_file):
-            path.unlink(missing_ok=True)
-        for process in sandbox_processes():
-            with contextlib.suppress(psutil.NoSuchProcess):  # it may end between the listing and the kill
-                process.kill()
-        for folder in set(Path(tempfile.gettempdir()).glob("grpo_lab_sandbox_*")) - temporary:
-            shutil.rmtree(folder, ignore_errors=True)  # a killed trainer leaves its working folder
-
-
-def findings(trainer, secrets, probes, server, name) -> list[str]:
-    found = []
-    if trainer.returncode != 0:
-        found.append("killed its caller")
-        assert trainer.returncode == -9, trainer.stderr[-3000:]  # nothing else may end it
-    else:
-        verdict = json.loads(trainer.stdout)
-        if verdict["reward"] != 0 or (verdict["error"] is None and verdict["passed"] == verdict["total"]):
-            found.append("passed")
-        if verdict["wall"] > LIMITS.timeout + MARGIN:
-            found.append("overran its time limit")
-        if any(s in verdict["stdout"] + verdict["stderr"] + verdict["detail"] for s in secrets):
-            found.append("saw a secret")
-        if name == "fork_bomb" and verdict["stdout"].count("P") > LIMITS.processes + 2:
-            found.append("started more processes than its cap")
-    if any(probe.exists() for probe in probes):
-        found.append("wrote outside")
-    server.setblocking(False)
-    try:
-        server.accept()[0].close()
-        found.append("reached the loopback server")
-    except BlockingIOError:
-        pass
-    deadline = time.monotonic() + 2  # a killed process may take a moment to go
-    while sandbox_processes() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if sandbox_processes():
-        found.append("left a process")
-    return found
-
-
-@pytest.mark.parametrize("name", HOSTILE)
-def test_bubblewrap_stops_every_hostile_completion(name: str, bwrap: None, monkeypatch) -> None:
-    assert attack(name, "bwrap", monkeypatch) == []
-
-
-@pytest.mark.parametrize("name", HOSTILE)
-def test_rlimits_alone_stops_only_part_of_the_matrix(name: str, monkeypatch) -> None:
-    """The weaker mode, recorded: each case does exactly what RLIMITS_CANNOT_STOP says, and no more."""
-    expected = RLIMITS_CANNOT_STOP.get(name, set())
-    assert set(attack(name, "rlimits", monkeypatch)) == expected
-    if expected:
-        pytest.xfail(f"rlimits alone cannot stop it: it {', '.join(sorted(expected))}")

@@ -85,11 +85,11 @@ def _features() -> Features:
     )
 
 
-def _checked_tests(tests: str, entry_point: str | None, where: str) -> str:
+def _checked_tests(tests: str, entry_point: str | None, where: str, preamble: str | None = None) -> str:
     from grpo_lab.sandbox import SandboxError, check_tests
 
     try:
-        check_tests(tests, entry_point)
+        check_tests(tests, entry_point, preamble)
     except SandboxError as e:
         raise DataError(f"{where}: {e}.") from None
     return tests
@@ -114,7 +114,7 @@ def _humaneval_row(problem: dict[str, Any], cfg: HumanEvalData) -> Row:
         "prompt": build_prompt(_ASK.format(stub=problem["prompt"]), cfg.system_prompt, cfg.num_shots, CODE_EXAMPLES),
         "question": problem["prompt"],
         "answer": problem["prompt"] + problem["canonical_solution"],
-        "tests": _checked_tests(problem["test"], problem["entry_point"], where),
+        "tests": _checked_tests(problem["test"], problem["entry_point"], where, problem["prompt"]),
         "entry_point": problem["entry_point"],
         "preamble": problem["prompt"],
     }
@@ -163,7 +163,7 @@ def _code_row(obj: dict[str, Any], where: str, cfg: CodeJsonlData) -> Row:
         "prompt": messages,
         "question": question,
         "answer": _text_field(obj, "code", where) or _text_field(obj, "canonical_solution", where),
-        "tests": _checked_tests(tests, entry_point, where),
+        "tests": _checked_tests(tests, entry_point, where, _text_field(obj, "preamble", where)),
         "entry_point": entry_point,
         "preamble": _text_field(obj, "preamble", where),
     }

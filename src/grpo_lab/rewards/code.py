@@ -6,7 +6,8 @@ carry a ``preamble`` column (HumanEval: its prompt, the imports, helpers and the
 before the code, so that a completion may rewrite the whole function or write only its body.
 
 ``tests`` runs each completion with its problem's ``tests`` (and ``entry_point``) in grpo_lab.sandbox, the one place
-model-written code runs; the other three never execute the code.
+model-written code runs (the tests run in a second sandbox that the completion cannot reach, and use the preamble's
+helpers, not the completion's); the other three never execute the code.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def extract_code(completion: Completion) -> str:
 
 
 def _source(code: str, preamble: str | None) -> str:
-    return f"{preamble}\n{code}" if preamble else code
+    from grpo_lab.sandbox.plan import program  # the program the sandbox runs (its `from __future__` lines first)
+
+    return program(preamble, code)[0]
 
 
 def _compiles(source: str) -> bool:
@@ -183,7 +186,8 @@ def tests(
             scores[i] = 0.0  # nothing to run
             continue
         # Code that does not compile runs too: the sandbox's verdict (error "syntax") is what sandbox/syntax counts.
-        jobs.append((_source(code, pre), test, entry))
+        # The preamble goes before the code in the completion's sandbox, and its helpers are the tests' own.
+        jobs.append((code, test, entry, pre))
         where.append(i)
     started = time.monotonic()
     verdicts = sandbox_mod.run_many(jobs, workers, limits=limits, isolation=isolation) if jobs else []
