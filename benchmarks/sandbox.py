@@ -21,10 +21,11 @@ Arms, each the whole batch through a thread pool of the same worker count:
   `sandbox.isolation.python("rlimits")`
   (this one's base interpreter); where that is not the baseline's (as root it can differ), the start-up of each is
   printed, so that the part of rlimits/plain that is the interpreter shows.
-- `bwrap`: `sandbox.run_many(items, workers, isolation="bwrap")`: under bubblewrap each worker's sandbox serves its
-  completions one after another (a fresh fork each, cleaned between two), so bubblewrap's and Python's start-up are
-  paid once per worker and batch, not once per completion. Only this arm is judged against the goal: rlimits is not
-  isolated (two processes per completion; its ratio is shown).
+- `bwrap`: `sandbox.run_many(items, workers, isolation="bwrap")`: under bubblewrap each worker's two sandboxes (the
+  completion's and the judge's) serve its completions one after another (a fresh fork each, cleaned between two) and
+  stay between batches, as between a training run's steps: bubblewrap's and Python's start-up are paid once per
+  worker (in the warm-up batch), not once per completion. Only this arm is judged against the goal: rlimits is not
+  isolated (two processes started per completion; its ratio is shown).
 
 For each worker count, after a warm-up batch per arm, each round times one batch per arm, in an order that rotates
 every round (plain rlimits bwrap, rlimits bwrap plain, ...). Reported per arm: completions/s, min/median/max over the

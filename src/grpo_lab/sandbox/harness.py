@@ -1,7 +1,7 @@
 """The caller's side: two sandboxes per worker, each job's halves handed to them, the verdict read from the judge.
 
 A worker holds two sandbox processes, started once and serving its completions one after another (bubblewrap and
-Python's start-up paid once per worker and batch): the **runner** runs the completion (``runner.py``), the **judge**
+Python's start-up paid once per worker: they stay between calls): the **runner** runs the completion (``runner.py``), the **judge**
 runs the problem's tests (``judge.py``). For each job the caller makes a fresh socket pair, the job's wire, and hands
 one end to each with the job (SCM_RIGHTS on its control socket): the two sandboxes share nothing else: under
 bubblewrap each has its own pid, network, IPC and user namespaces and its own /tmp, so the completion can neither
@@ -14,10 +14,12 @@ source of ``wire.py``, ``server.py`` and the role's module (nothing of the proje
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import json
 import os
+import queue
 import re
 import secrets
 import selectors
@@ -31,6 +33,7 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
+from typing import Any
 
 from grpo_lab.sandbox import isolation as iso
 from grpo_lab.sandbox.plan import Plan, SandboxError, plan, program
@@ -41,7 +44,7 @@ from grpo_lab.sandbox.verdict import ISOLATIONS, Isolation, Limits, Verdict, one
 MARKER = "# grpo_lab.sandbox harness"
 _START_TIMEOUT = 30.0  # seconds for a sandbox to start (bubblewrap, Python, the sources): ~50 ms when idle
 _GRACE = 0.5  # seconds past the timeout for the judge's verdict, and after it for the runner's end
-_MAX_JOBS = 64  # jobs a sandbox serves before it is retired (what cleaning cannot reach cannot pile up past this)
+_MAX_JOBS = 256  # jobs a sandbox serves before it is retired (what cleaning cannot reach cannot pile up past this)
 _CONTROL_CAP = 1 << 20  # bytes read from a control socket in one job: progress lines and one verdict
 _JUDGE_OUTPUT = 1 << 16  # bytes of the tests' own printing kept (and then dropped): never shown
 
@@ -208,10 +211,12 @@ class _Worker:
             return _verdict(outcome, tests, start, self, runner.problem or judge.problem)
         self.number += 1
         source, _ = program(tests.preamble, code)
+        missing = tests.undefined_stubs(code)
+        wanted = [name for name in tests.names if name not in missing]
         ours, theirs = socket.socketpair()
         with ours, theirs:
-            sent = runner.send({"job": self.number, "code": source, "limits": self.limits.rlimits()}, ours)
-            sent = sent and judge.send(self._judge_work(tests, code, start), theirs)
+            work = {"job": self.number, "code": source, "names": wanted, "limits": self.limits.rlimits()}
+            sent = runner.send(work, ours) and judge.send(self._judge_work(tests, wanted, start), theirs)
         if not sent:
             self.close()
             return _verdict(outcome, tests, start, self, runner.problem or judge.problem)
@@ -219,11 +224,11 @@ class _Worker:
         over = outcome.over_output or outcome.timed_out or outcome.runner_done is None or outcome.runner_done[3]
         if over or self.isolation != "bwrap" or runner.jobs >= _MAX_JOBS:
             runner.close()  # it flooded, hung, left /tmp dirty, served its share, or runs one job only
-        if outcome.judge_done is None or outcome.judge_done[3] or self.isolation != "bwrap" or judge.jobs >= _MAX_JOBS:
-            judge.close()
+        if outcome.verdict is None or self.isolation != "bwrap" or judge.jobs >= _MAX_JOBS:
+            judge.close()  # no verdict: it hung or died
         return _verdict(outcome, tests, start, self, "")
 
-    def _judge_work(self, tests: Plan, code: str, start: float) -> dict:
+    def _judge_work(self, tests: Plan, wanted: list[str], start: float) -> dict:
         return {
             "job": self.number,
             "timeout": max(0.01, self.limits.timeout - (time.monotonic() - start)),
@@ -233,7 +238,7 @@ class _Worker:
             "modules": tests.modules,
             "imported": tests.imported,
             "names": tests.names,
-            "missing": tests.undefined_stubs(code),
+            "wanted": wanted,
             "limits": self.limits.rlimits(),
         }
 
@@ -253,8 +258,10 @@ class _Worker:
             for fd in sources:
                 os.set_blocking(fd, False)
                 selector.register(fd, selectors.EVENT_READ)
-            while not (outcome.verdict and outcome.judge_done and outcome.runner_done):
-                if outcome.verdict is not None and outcome.judge_done is not None:
+            # The judge's end need not be waited for (its jobs run no model code; it reads the next job once it has
+            # reaped this one); the runner's must: whether it is fit for the next job is known only then.
+            while not (outcome.verdict and outcome.runner_done):
+                if outcome.verdict is not None:
                     if outcome.verdict[2] == "timeout":  # the completion is still running: it is retired
                         break
                     until = min(until, time.monotonic() + _GRACE)  # the runner ends once the wire is closed
@@ -430,8 +437,9 @@ def run_many(
     isolation: Isolation = "bwrap",
 ) -> list[Verdict]:
     """:func:`run` for a step's completions, side by side: `items` are ``(code, tests[, entry_point[,
-    preamble]])``; the verdicts come back in their order. `workers` defaults to the number of CPUs; under
-    bubblewrap each worker's sandboxes serve its completions one after another, cleaned between two."""
+    preamble]])``; the verdicts come back in their order. `workers` defaults to the number of CPUs. Under
+    bubblewrap each worker's sandboxes serve its completions one after another, cleaned between two, and stay for
+    the next call (a training run's next step): their start is paid once, not once a step."""
     jobs = []
     for code, tests, *rest in items:
         rest = [*rest, None, None]
@@ -439,20 +447,79 @@ def run_many(
     check_isolation(isolation)
     limits = limits or Limits()
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
-    pairs: dict[int, _Worker] = {}  # per worker thread: bubblewrap dies with the thread that started it
+    todo: queue.SimpleQueue = queue.SimpleQueue()
+    for index, job in enumerate(jobs):
+        todo.put((index, job))
+    verdicts: list[Verdict | None] = [None] * len(jobs)
 
-    def one(job: tuple[str, Plan]) -> Verdict:
-        worker = pairs.get(threading.get_ident())
-        if worker is None:
-            worker = pairs[threading.get_ident()] = _Worker(limits, isolation)
-        return worker.run(*job)
+    def lane() -> None:  # one worker's share: the next job, until none is left
+        worker = _POOL.worker(limits, isolation)
+        while True:
+            try:
+                index, job = todo.get_nowait()
+            except queue.Empty:
+                return
+            verdicts[index] = worker.run(*job)
 
-    try:
-        with ThreadPoolExecutor(workers, thread_name_prefix="grpo_lab_sandbox") as pool:
-            return list(pool.map(one, jobs))
-    finally:
-        for worker in list(pairs.values()):
+    for future in [_POOL.submit(lane) for _ in range(workers)]:
+        future.result()
+    return verdicts  # type: ignore[return-value]
+
+
+class _Pool:
+    """Threads that outlive a call, each holding one worker's sandboxes (bubblewrap's die with the thread that
+    started them, so the threads stay), and everything they hold, closed at exit."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.executor: ThreadPoolExecutor | None = None
+        self.local = threading.local()
+        self.workers: set[_Worker] = set()
+
+    def submit(self, fn: Any) -> Any:
+        with self.lock:
+            if self.executor is None:
+                self.executor = ThreadPoolExecutor(64, thread_name_prefix="grpo_lab_sandbox")
+                atexit.register(self.close)
+            return self.executor.submit(fn)
+
+    def worker(self, limits: Limits, isolation: str) -> _Worker:
+        """This thread's worker for these limits; a thread keeps two at most (the oldest is closed)."""
+        mine: dict = self.local.__dict__.setdefault("workers", {})
+        key = (limits, isolation)
+        found = mine.pop(key, None)
+        if found is None:
+            found = _Worker(limits, isolation)
+            with self.lock:
+                self.workers.add(found)
+            if len(mine) >= 2:
+                self.drop(mine.pop(next(iter(mine))))
+        mine[key] = found  # the most recently used last
+        return found
+
+    def drop(self, worker: _Worker) -> None:
+        worker.close()
+        with self.lock:
+            self.workers.discard(worker)
+
+    def close(self) -> None:
+        """Close every sandbox and stop the threads (at exit, or for a caller that wants none left running)."""
+        with self.lock:
+            workers, self.workers = list(self.workers), set()
+            executor, self.executor = self.executor, None
+        for worker in workers:
             worker.close()
+        if executor is not None:
+            executor.shutdown(wait=True)
+        self.local = threading.local()
+
+
+_POOL = _Pool()
+
+
+def close() -> None:
+    """Close the sandboxes kept between calls (they are closed at exit anyway)."""
+    _POOL.close()
 
 
 _checked: dict[str, str] = {}

@@ -29,6 +29,7 @@ def job(control, link, work):
         os.write(control, f"{word} {number} {text}\n".encode("utf-8", "replace"))
 
     verdict = Judge(link, deadline, work, lambda passed: report("progress", str(passed))).run()
+    os.close(link)  # the completion's process ends now, while the verdict is written
     report("verdict", json.dumps(verdict))
     os._exit(0)
 
@@ -41,32 +42,16 @@ class Judge:
 
     def run(self):
         """[passed, total, kind, detail]: kind "-" when every test ran, or why they stopped."""
-        if self.ready():
-            namespace = self.namespace()
-            if namespace is not None:
+        namespace = self.prepare()  # while the completion's code runs in the other sandbox
+        if namespace is not None:
+            found = self.ready()
+            if found is not None and self.add_names(namespace, found):
                 self.tests(namespace)
         return [self.passed, self.work["total"], self.kind, self.detail]
 
-    def ready(self):
-        """Wait for the completion to have run: "ok", or the error kind it ended in."""
-        try:
-            message = wire.receive(self.endpoint.fd, self.endpoint.deadline)
-        except wire.WireError as e:
-            self.kind, self.detail = e.why, self.stopped(e.why, str(e))
-            return False
-        if type(message) is not list or len(message) != 3 or message[0] != "ready" or type(message[2]) is not str:
-            self.kind, self.detail = "protocol", "the completion's process did not report how its code ran"
-            return False
-        if message[1] == "ok":
-            return True
-        if message[1] in ("syntax", "runtime", "memory"):
-            self.kind, self.detail = message[1], message[2][:300]
-        else:
-            self.kind, self.detail = "protocol", "the completion's process did not report how its code ran"
-        return False
-
-    def namespace(self):
-        """The tests' namespace: builtins, modules, the problem's helpers, then what the completion defines."""
+    def prepare(self):
+        """The tests' namespace without the completion's names (builtins, modules, the problem's helpers), and the
+        tests compiled."""
         # "__main__": the tests are a script (an `if __name__ == "__main__":` block of theirs runs, as it would alone).
         namespace = {"__builtins__": builtins, "__name__": "__main__"}
         try:
@@ -76,34 +61,54 @@ class Judge:
                 namespace[name] = getattr(importlib.import_module(module), name)
             if self.work["preamble"]:
                 exec(compile(self.work["preamble"], "<preamble>", "exec"), namespace)
+            self.compiled = [(compile(source, "<tests>", "exec"), is_test) for source, is_test in self.work["segments"]]
         except BaseException as e:
             self.kind, self.detail = "tests", "the problem's own code failed: " + one_line(e)
             return None
-        wanted = [name for name in self.work["names"] if name not in self.work["missing"]]
         for name in self.work["names"]:
             namespace.pop(name, None)  # a stub of the preamble's: the completion's own, or nothing
+        return namespace
+
+    def ready(self):
+        """Wait for the completion to have run: what it defined of the names asked for (as it sent them), or None
+        when it did not run (the error kind it ended in)."""
         try:
-            found = self.endpoint.request("names", 0, wanted) if wanted else {}
-        except wire.CallFailed as e:
-            why, self.detail = self.failure(e)
-            self.kind = why if why in _STOPS else "protocol"
+            message = wire.receive(self.endpoint.fd, self.endpoint.deadline)
+        except wire.WireError as e:
+            self.kind, self.detail = e.why, self.stopped(e.why, str(e))
             return None
-        except BaseException as e:  # an exception where its names should be: the completion broke the protocol
-            self.kind, self.detail = "protocol", f"the completion's process answered its names with {one_line(e)}"
+        if type(message) is not list or len(message) != 4 or message[0] != "ready" or type(message[2]) is not str:
+            self.kind, self.detail = "protocol", "the completion's process did not report how its code ran"
             return None
+        if message[1] == "ok":
+            return message[3]
+        if message[1] in ("syntax", "runtime", "memory"):
+            self.kind, self.detail = message[1], message[2][:300]
+        else:
+            self.kind, self.detail = "protocol", "the completion's process did not report how its code ran"
+        return None
+
+    def add_names(self, namespace, item):
+        """The completion's names, as values or handles; False when they are not what was asked for."""
+        try:
+            found = self.endpoint.decode(item)
+        except BaseException as e:  # not a value: the completion broke the protocol
+            found, why = None, one_line(e)
+        else:
+            why = "no names"
         if type(found) is not dict:
-            self.kind, self.detail = "protocol", "the completion's process answered no names"
-            return None
-        for name in wanted:
+            self.kind, self.detail = "protocol", f"the completion's process answered with {why}"
+            return False
+        for name in self.work["wanted"]:
             if name in found:
                 namespace[name] = found[name]
         self.absent = [name for name in self.work["names"] if name not in found]
-        return namespace
+        return True
 
     def tests(self, namespace):
-        for source, is_test in self.work["segments"]:
+        for code, is_test in self.compiled:
             try:
-                exec(compile(source, "<tests>", "exec"), namespace)
+                exec(code, namespace)
             except wire.CallFailed as e:
                 why, detail = self.failure(e)
                 self.detail = self.detail or detail
@@ -143,4 +148,4 @@ def one_line(error):
 
 
 def main():
-    server.main(job)
+    server.main(job, guard=False)

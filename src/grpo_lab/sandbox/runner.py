@@ -19,10 +19,16 @@ def job(control, link, work):
     server.set_limits(work["limits"])
     seccomp.install()  # where it cannot be, the runner serves one job (main)
     status, detail, module = run(work["code"])
+    endpoint = wire.Endpoint(link, float("inf"), wire.LooseRemote)
+    found = None
+    if status == "ok":  # what it defined of the names the tests take from it, sent with its "ready"
+        try:
+            found = endpoint.encode({n: module.__dict__[n] for n in work["names"] if n in module.__dict__})
+        except BaseException as e:  # a value that cannot cross (nested too deep): no answer to give
+            status, detail = "runtime", "its names could not be sent: " + one_line(e)
     try:
-        wire.send(link, ["ready", status, detail])
+        wire.send(link, ["ready", status, detail, found])
         if status == "ok":
-            endpoint = wire.Endpoint(link, float("inf"), wire.LooseRemote, served={"names": names(module)})
             endpoint.serve_forever()
     except wire.WireError:  # the judge has finished (or given up): nothing more to answer
         pass
@@ -46,19 +52,6 @@ def run(code):
     except BaseException as e:  # SystemExit included: exiting early is no pass
         return "runtime", one_line(e), module
     return "ok", "", module
-
-
-def names(module):
-    def lookup(wanted):
-        if type(wanted) is not list:
-            raise ValueError("not a list of names")
-        found = {}
-        for name in wanted:
-            if type(name) is str and name in module.__dict__:
-                found[name] = module.__dict__[name]
-        return found
-
-    return lookup
 
 
 def one_line(error):

@@ -95,15 +95,23 @@ class _Program(ctypes.Structure):
     _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
 
 
+def _packed():
+    code = program()
+    return None if code is None else b"".join(struct.pack("HBBI", *instruction) for instruction in code)
+
+
+_PACKED = _packed()  # once, in the sandbox's first process: every job's fork inherits it
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
 def install():
     """Install the filter on this process (and everything it starts); False where there is no table."""
-    code = program()
-    if code is None:
+    data = _PACKED
+    if data is None:
         return False
-    data = b"".join(struct.pack("HBBI", *instruction) for instruction in code)
     buffer = ctypes.create_string_buffer(data, len(data))
-    fprog = _Program(len(code), ctypes.cast(buffer, ctypes.c_void_p))
-    libc = ctypes.CDLL(None, use_errno=True)
+    fprog = _Program(len(data) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    libc = _LIBC
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
     if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER

@@ -643,13 +643,12 @@ class Endpoint:
     """One side of the wire: requests go out and wait for their answer, serving the other side's requests that
     arrive meanwhile (a call of the tests into the completion may call back a function the tests handed it)."""
 
-    def __init__(self, fd, deadline, remote_class, guard=None, served=None):
+    def __init__(self, fd, deadline, remote_class, guard=None):
         self.fd, self.deadline, self.remote_class, self.guard = fd, deadline, remote_class, guard
         self.objects = {}  # id -> our object the other side holds a handle to
         self.by_identity = {}  # id(object) -> our id, so the same object keeps its handle
         self.remotes = {}  # id -> our one Remote of the other side's object (an iterator's items taken ahead)
         self.requests = 0
-        self.served = served  # op -> function(*args) for ops on no object (the completion's "names")
 
     # -- what we send
     def export(self, obj):
@@ -748,23 +747,16 @@ class Endpoint:
     # -- serving the other side
     def serve(self, message):
         """Answer one request ``["q", number, op, target, payload]``."""
-        if (
-            len(message) != 5
-            or type(message[1]) is not int
-            or (message[2] not in ALL_OPS and not (self.served and message[2] in self.served))
-        ):
+        if len(message) != 5 or type(message[1]) is not int or message[2] not in ALL_OPS:
             raise WireError("not a request")
         _, number, op, target, payload = message
         try:
             if type(payload) is not list:
                 raise ValueError("not a request")
-            if self.served and op in self.served:
-                result, changed = self.served[op](*payload), []
-            else:
-                obj = self.resolve(target)
-                if self.guard is not None:
-                    self.guard(op, obj, payload)
-                result, changed = self._perform(op, obj, payload)
+            obj = self.resolve(target)
+            if self.guard is not None:
+                self.guard(op, obj, payload)
+            result, changed = self._perform(op, obj, payload)
             answer = ["a", number, self.encode(result), changed]
         except (WireError, CallFailed):  # the wire itself failed: no answer can be sent
             raise
