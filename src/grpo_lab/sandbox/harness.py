@@ -1,15 +1,15 @@
 """The caller's side: two sandboxes per worker, each job's halves handed to them, the verdict read from the judge.
 
 A worker holds two sandbox processes, started once and serving its completions one after another (bubblewrap and
-Python's start-up paid once per worker: they stay between calls): the **runner** runs the completion (``runner.py``), the **judge**
-runs the problem's tests (``judge.py``). For each job the caller makes a fresh socket pair, the job's wire, and hands
-one end to each with the job (SCM_RIGHTS on its control socket): the two sandboxes share nothing else: under
-bubblewrap each has its own pid, network, IPC and user namespaces and its own /tmp, so the completion can neither
-signal, trace nor read the judge, and stale bytes of one job's wire can never reach the next. The verdict comes only
-from the judge's control socket, which the completion's process never holds.
+Python's start-up paid once per worker: they stay between calls): the **runner** runs the completion
+(``runner.py``), the **judge** runs the problem's tests (``judge.py``). For each job the caller makes a fresh socket
+pair, the job's wire, and hands one end to each with the job (SCM_RIGHTS on its control socket): the two sandboxes
+share nothing else: under bubblewrap each has its own pid, network, IPC and user namespaces and its own /tmp, so the
+completion can neither signal, trace nor read the judge, and stale bytes of one job's wire can never reach the next.
+The verdict comes only from the judge's control socket, which the completion's process never holds.
 
 Each sandbox process is started as ``python -I -S -u -B -c <bootstrap> <control fd>``, the bootstrap carrying the
-source of ``wire.py``, ``server.py`` and the role's module (nothing of the project is visible inside).
+source of ``wire.py``, ``server.py`` and the role's modules (nothing of the project is visible inside).
 """
 
 from __future__ import annotations
