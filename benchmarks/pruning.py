@@ -55,7 +55,7 @@ hydra:
 def run(name: str, overrides: list[str], root: Path, env: dict, trials: int, steps: int) -> dict:
     import optuna
 
-    from grpo_lab.ranking import from_trials
+    from grpo_lab.evaluation.ranking import from_trials
     from grpo_lab.sweep import confirm
 
     cwd = root / name
@@ -89,7 +89,7 @@ def run(name: str, overrides: list[str], root: Path, env: dict, trials: int, ste
 
 
 def main() -> int:
-    from grpo_lab.stats import welch_p
+    from grpo_lab.evaluation.stats import welch_p
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=12)

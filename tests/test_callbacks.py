@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from grpo_lab.callbacks import HealthWatch, Outcome, SweepPruning
 from grpo_lab.config import HealthConfig, TrialConfig
-from grpo_lab.health import Monitor
-from grpo_lab.sweep.trial import TrialReporter
+from grpo_lab.run.callbacks import HealthWatch, Outcome, SweepPruning
+from grpo_lab.run.health import Monitor
+from grpo_lab.run.trial import TrialReporter
 
 DEAD = {"reward": 0.0, "reward_std": 0.0, "frac_reward_zero_std": 1.0, "loss": 0.0}
 NO_SIGNAL = {"rule": "no_signal", "step": 3}

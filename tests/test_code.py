@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from grpo_lab import config as config_mod
-from grpo_lab.code_data import humaneval_problems
 from grpo_lab.config import CodeJsonlData, HumanEvalData
 from grpo_lab.data import load_datasets
+from grpo_lab.data.code import humaneval_problems
 from grpo_lab.errors import ConfigError, DataError
+from grpo_lab.evaluation.stats import pass_at_k
 from grpo_lab.rewards import code as code_rewards
 from grpo_lab.rewards.code import complexity, extract_code, fenced_block, syntax
-from grpo_lab.stats import pass_at_k
 from wandb_files import find_runs, read_run
 
 from conftest import compose, error_line, one_line_naming, run_cli, skip_here

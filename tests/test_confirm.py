@@ -13,8 +13,8 @@ import pytest
 import yaml
 from optuna.distributions import FloatDistribution
 
-from grpo_lab.ranking import Verdict, from_trials
-from grpo_lab.stats import seed_mean, welch_p
+from grpo_lab.evaluation.ranking import Verdict, from_trials
+from grpo_lab.evaluation.stats import seed_mean, welch_p
 from grpo_lab.sweep import confirm
 from grpo_lab.sweep.report import write_best
 

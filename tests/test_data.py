@@ -16,7 +16,7 @@ import pytest
 from grpo_lab.config import ArithmeticData, Gsm8kData, JsonlData
 from grpo_lab.data import WORKED_EXAMPLES, DatasetPair, build_prompt, load_datasets
 from grpo_lab.errors import DataError
-from grpo_lab.hub import hub_endpoint, hub_offline, hub_reachable
+from grpo_lab.models.hub import hub_endpoint, hub_offline, hub_reachable
 
 from conftest import one_line_naming
 

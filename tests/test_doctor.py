@@ -20,7 +20,7 @@ import torch
 from grpo_lab.config import LauncherConfig
 from grpo_lab.doctor import environment as env
 from grpo_lab.doctor import footprint, peers
-from grpo_lab.launch import free_port
+from grpo_lab.net import free_port
 
 from conftest import cli_env, compose, run_cli
 
@@ -167,10 +167,8 @@ FRAMEWORK = int(0.6 * GiB)  # footprint's allowance for a process
 
 def _run(*overrides: str):
     from grpo_lab import config as config_mod
-    from grpo_lab import trl_checks
 
-    run = config_mod.load(compose(["experiment=smoke", "model=tiny_vllm", *overrides]))
-    return run, trl_checks._grpo_config(run, run.launcher.num_processes)
+    return config_mod.check_all(compose(["experiment=smoke", "model=tiny_vllm", *overrides]))
 
 
 def _shape(run, cache: Path) -> footprint.Shape:
@@ -199,7 +197,7 @@ def _on_gpu(run, args, shape, free: int):
     from grpo_lab import doctor
 
     gpu = env.Gpu(0, "NVIDIA H100 80GB HBM3", (9, 0), total_bytes=H100, free_bytes=free, bf16=True)
-    return doctor._memory_check(run, args, shape, PROMPT, [gpu])
+    return doctor.memory_check(run, args, shape, PROMPT, [gpu])
 
 
 def _on_host(monkeypatch, run, args, shape, *, total: int, available: int):
@@ -209,7 +207,7 @@ def _on_host(monkeypatch, run, args, shape, *, total: int, available: int):
 
     memory = type("svmem", (), {"total": total, "available": available})
     monkeypatch.setattr(psutil, "virtual_memory", lambda: memory)
-    return doctor._memory_check(run, args, shape, PROMPT, [])
+    return doctor.memory_check(run, args, shape, PROMPT, [])
 
 
 def _pinned(row_for, need: int):
@@ -284,8 +282,8 @@ def test_memory_row_adds_vllms_slice_of_each_gpu_when_colocated(model_cache):
     # two GPUs: the one with less room decides
     h100 = env.Gpu(0, "NVIDIA H100 80GB HBM3", (9, 0), total_bytes=H100, free_bytes=need, bf16=True)
     fuller = env.Gpu(1, "NVIDIA H100 80GB HBM3", (9, 0), total_bytes=H100, free_bytes=need - 1, bf16=True)
-    assert doctor._memory_check(run, args, shape, PROMPT, [h100, fuller]).status == "fail"
-    assert doctor._memory_check(run, args, shape, PROMPT, [h100, h100]).status == "warn"
+    assert doctor.memory_check(run, args, shape, PROMPT, [h100, fuller]).status == "fail"
+    assert doctor.memory_check(run, args, shape, PROMPT, [h100, h100]).status == "warn"
     # the knob moves the estimate: 10% of the GPU (8 GiB)
     run, args = _run("trainer=grpo_vllm_colocate", "trainer.vllm_gpu_memory_utilization=0.1")
     _pinned(lambda free: _on_gpu(run, args, shape, free), need - 24 * GiB + 8 * GiB)
@@ -459,11 +457,11 @@ def test_memory_row_counts_this_machines_share_of_the_processes(model_cache):
     gpu = env.Gpu(0, "NVIDIA H100 80GB HBM3", (9, 0), total_bytes=H100, free_bytes=H100, bf16=True)
     from grpo_lab import doctor
 
-    one = doctor._memory_check(run, args, shape, PROMPT, [gpu])
+    one = doctor.memory_check(run, args, shape, PROMPT, [gpu])
     assert one.status == "fail" and one.detail == (
         "launcher.num_processes=4 on 2 machines, 2 on this one, but 1 GPU(s) visible"
     )
-    assert doctor._memory_check(run, args, shape, PROMPT, [gpu, gpu]).status == "ok"
+    assert doctor.memory_check(run, args, shape, PROMPT, [gpu, gpu]).status == "ok"
 
 
 def test_doctor_on_two_machines_at_once(tmp_path, model_cache):

@@ -72,6 +72,22 @@ def test_smoke_run_writes_the_run_folder(smoke_run):
     assert [r["question"] for r in before] == [r["question"] for r in after]
 
 
+def test_the_run_folder_keeps_the_job_spec_it_ran(smoke_run):
+    """job.json: the settings as the job checked and ran them, read back typed; the same as config.yaml says."""
+    from grpo_lab.config import JobSpec
+
+    _, job = smoke_run
+    spec = JobSpec.from_json(json.loads((job / "job.json").read_text()))
+    config = yaml.safe_load((job / "config.yaml").read_text())
+    assert spec.run_dir == job and spec.output_dir == job / "trainer" and spec.overrides == ("experiment=smoke",)
+    assert (spec.run.lr, spec.run.max_steps, spec.run.model.name_or_path) == (
+        config["lr"],
+        config["max_steps"],
+        config["model"]["name_or_path"],
+    )
+    assert spec.grpo_config().learning_rate == config["lr"]  # TRL's GRPOConfig, built again from the record
+
+
 def test_smoke_run_prints_a_summary(smoke_run):
     proc, job = smoke_run
     assert "== grpo_lab run `smoke`: finished ==" in proc.stdout

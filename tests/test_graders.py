@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_lab.config import Grader as GraderConfig
+from grpo_lab.config import GraderConfig
 from grpo_lab.errors import ConfigError
-from grpo_lab.graders import build, check_can_judge
+from grpo_lab.evaluation.graders import build, check_can_judge
 
 from conftest import FAST, REPO, load_study, run_cli, write_sweep
 

@@ -10,12 +10,12 @@ import pytest
 from optuna.trial import TrialState
 
 from grpo_lab import config as run_config
-from grpo_lab import reward_check
 from grpo_lab.compare.leaderboard import health
 from grpo_lab.compare.sources import RunRecord
 from grpo_lab.config import HealthConfig
 from grpo_lab.errors import ConfigError
-from grpo_lab.health import Monitor, default_config, replay
+from grpo_lab.run import reward_check
+from grpo_lab.run.health import Monitor, default_config, replay
 from wandb_files import find_runs, read_run
 
 from conftest import FAST, REPO, compose, load_study, one_line_naming, run_cli, write_sweep
@@ -88,7 +88,7 @@ def test_check_rewards_and_the_live_rule_give_one_no_signal_diagnosis():
 
 
 def test_a_run_that_never_had_a_learning_signal_is_told_from_one_whose_signal_faded():
-    # What a sweep's dead-trial pruning reads (grpo_lab.train): only the first kind is pruned.
+    # What a sweep's dead-trial pruning reads (grpo_lab.run.train): only the first kind is pruned.
     never, faded = Monitor(config()), Monitor(config())
     for step, log in enumerate(rows(reward=[0.0] * 3, reward_std=[0.0] * 3), 1):
         never.observe(step, log)

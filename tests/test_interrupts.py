@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from grpo_lab import interrupts
-from grpo_lab.launch import alive, descendants
+from grpo_lab.launch.processes import alive, descendants
 from wandb_files import find_runs, read_run
 
 from conftest import DDP, FAST, cli_env, load_study, run_cli, trials_if_ready

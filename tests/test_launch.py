@@ -14,7 +14,7 @@ import pytest
 from optuna.trial import TrialState
 
 from grpo_lab.errors import ConfigError
-from grpo_lab.launch import alive, assign_gpus, descendants, visible_gpus
+from grpo_lab.launch.processes import alive, assign_gpus, descendants, visible_gpus
 from wandb_files import find_runs, read_run
 
 from conftest import DDP, REPO, cli_env, one_line_naming, run_cli, run_prune_sweep

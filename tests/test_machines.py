@@ -16,8 +16,9 @@ import pytest
 
 from grpo_lab.config import LauncherConfig
 from grpo_lab.errors import ConfigError
-from grpo_lab.launch import alive, descendants, free_port
-from grpo_lab.machines import DEFAULT_PORT, expand_nodelist, resolve
+from grpo_lab.launch.machines import DEFAULT_PORT, expand_nodelist, resolve
+from grpo_lab.launch.processes import alive, descendants
+from grpo_lab.net import free_port
 from wandb_files import find_runs, read_run
 
 from conftest import FAST, cli_env, one_line_naming
@@ -112,14 +113,18 @@ MACHINE_ARGS = [
 ]
 
 
-def start_machines(tmp_path: Path, cache: Path, *extra: str) -> list[subprocess.Popen]:
-    """The same command on two "machines" (folders of their own, as on hosts without a shared disk)."""
+def start_machines(
+    tmp_path: Path, cache: Path, *extra: str, only: dict[int, list[str]] | None = None
+) -> list[subprocess.Popen]:
+    """The same command on two "machines" (folders of their own, as on hosts without a shared disk); `only`: more
+    overrides for one machine's command."""
     port = free_port()
     procs = []
     for rank in (0, 1):
         cwd = tmp_path / f"machine{rank}"
         cwd.mkdir()
         args = [*FAST, *MACHINE_ARGS, f"launcher.main_process_port={port}", f"launcher.machine_rank={rank}", *extra]
+        args += (only or {}).get(rank, [])
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-m", "grpo_lab", *args],
@@ -176,6 +181,22 @@ def test_two_machines_on_loopback_train_one_job_recorded_once(tmp_path, model_ca
         assert f"--num_processes 2 --num_machines 2 --machine_rank {rank} --main_process_ip 127.0.0.1" in log
 
 
+def test_machines_started_with_different_settings_stop_before_training_naming_the_key(tmp_path, model_cache):
+    procs = start_machines(tmp_path, model_cache, only={1: ["lr=3e-5"]})
+    try:
+        wait_all(procs, timeout=300)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [1, 1]
+    for rank in (0, 1):
+        logs = (tmp_path / f"machine{rank}" / "stderr").read_text()
+        logs += "".join(p.read_text() for p in (tmp_path / f"machine{rank}").rglob("children.log"))
+        assert "`lr` is 3e-05 in process 1 and 0.0001 in process 0" in logs, logs[-3000:]
+    assert not [f for f in metrics_files(tmp_path) if json.loads(f.read_text())["status"] == "finished"]
+
+
 # How long a process of the job may outlive both machines' commands (the bound test_launch's parent-kill test uses).
 LEFTOVER_S = 30.0
 
@@ -192,7 +213,7 @@ def _rank_process(parent: psutil.Process) -> psutil.Process:
     """A machine's training process (not accelerate's launcher, whose command line names the module too)."""
     (rank,) = [
         p for p in parent.children(recursive=True)
-        if "grpo_lab.launch_child" in (line := " ".join(p.cmdline())) and "accelerate" not in line
+        if "grpo_lab.launch.child" in (line := " ".join(p.cmdline())) and "accelerate" not in line
     ]  # fmt: skip
     return rank
 

@@ -14,8 +14,9 @@ import pytest
 
 from grpo_lab import models
 from grpo_lab.config import LoraConfig, ModelConfig
+from grpo_lab.config import trl as config_trl
 from grpo_lab.errors import ModelError
-from grpo_lab.hub import hub_endpoint, hub_reachable
+from grpo_lab.models.hub import hub_endpoint, hub_reachable
 
 from conftest import one_line_naming
 
@@ -345,19 +346,21 @@ def test_check_available_ignores_local_kinds(monkeypatch: pytest.MonkeyPatch) ->
 
 # ----------------------------------------------------------------------------------------------- LoRA
 def test_lora_config_is_none_when_disabled() -> None:
-    assert models.lora_config(model_config(TINY)) is None
+    assert config_trl.lora_config(model_config(TINY)) is None
 
 
 def test_lora_trains_only_the_adapter(tiny, tiny_cache: Path) -> None:
     import peft
 
     lora = LoraConfig(enabled=True, r=4, alpha=8, dropout=0.1, target_modules=["q_proj", "v_proj"])
-    config = models.lora_config(model_config(TINY, lora=lora))
+    config = config_trl.lora_config(model_config(TINY, lora=lora))
     assert isinstance(config, peft.LoraConfig)
     assert (config.r, config.lora_alpha, config.lora_dropout) == (4, 8, 0.1)
     assert set(config.target_modules) == {"q_proj", "v_proj"}
     assert config.task_type == "CAUSAL_LM"
-    shorthand = models.lora_config(model_config(TINY, lora=lora.model_copy(update={"target_modules": "all-linear"})))
+    shorthand = config_trl.lora_config(
+        model_config(TINY, lora=lora.model_copy(update={"target_modules": "all-linear"}))
+    )
     assert shorthand is not None and shorthand.target_modules == "all-linear"
 
     model, _ = models.load_model_and_tokenizer(model_config(TINY), tiny_cache)  # a fresh copy to wrap

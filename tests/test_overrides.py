@@ -7,8 +7,8 @@ import math
 import pytest
 from hydra.errors import HydraException
 
-from grpo_lab import overrides as ov
-from grpo_lab.overrides import Machinery
+from grpo_lab.config import overrides as ov
+from grpo_lab.config.overrides import Machinery
 
 GROUPS = {"model", "data", "experiment", "sweep"}
 
@@ -281,7 +281,7 @@ def test_cli_resume_runs_in_the_resumed_folder(tmp_path):
 
 
 def test_sweep_space_and_rerun_command_round_trip():
-    from grpo_lab.ranking import rerun_command
+    from grpo_lab.evaluation.ranking import rerun_command
     from grpo_lab.sweep.space import parse_space
 
     space = parse_space({"lr": "interval(1e-6, 1e-4)", "trainer.x": "5"}, ["model=tiny", "name='a b'"], GROUPS)

@@ -8,9 +8,9 @@ import pytest
 
 from grpo_lab.compare import leaderboard
 from grpo_lab.compare.sources import RunRecord, Source
-from grpo_lab.ranking import Verdict
-from grpo_lab.run_folder import RunFolder
-from grpo_lab.stats import mcnemar_exact, wilson
+from grpo_lab.evaluation.ranking import Verdict
+from grpo_lab.evaluation.stats import mcnemar_exact, wilson
+from grpo_lab.run.folder import RunFolder
 
 QUESTIONS = [f"What is {i} + {i}?" for i in range(20)]
 

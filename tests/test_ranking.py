@@ -6,7 +6,7 @@ import optuna
 from optuna.distributions import FloatDistribution
 
 from grpo_lab.compare.sources import RunRecord
-from grpo_lab.ranking import Verdict, from_runs, from_trials
+from grpo_lab.evaluation.ranking import Verdict, from_runs, from_trials
 
 LR = {"lr": FloatDistribution(1e-6, 1e-3, log=True)}
 

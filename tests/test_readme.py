@@ -204,7 +204,7 @@ def _compose_and_validate(args: list[str], trl: bool = True) -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
-    from grpo_lab import config, trl_checks
+    from grpo_lab import config
     from grpo_lab.cli import prepare_overrides
     from grpo_lab.paths import CONF_DIR
 
@@ -213,9 +213,7 @@ def _compose_and_validate(args: list[str], trl: bool = True) -> None:
         cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
     with open_dict(cfg):
         del cfg["hydra"]
-    run = config.load(cfg)
-    if trl:
-        trl_checks.check(run, num_processes=run.launcher.num_processes)
+    config.load(cfg, libraries=trl)
 
 
 def _compose_command(words: list[str], trl: bool = True) -> None:

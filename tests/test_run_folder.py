@@ -12,9 +12,9 @@ import pytest
 
 from grpo_lab import interrupts
 from grpo_lab.files import RunFolderError, append_jsonl
-from grpo_lab.run_folder import RunFolder, RunResult
-from grpo_lab.summary import HEADLINES
-from grpo_lab.tracking import Tracker, TrackerInfo
+from grpo_lab.run.folder import RunFolder, RunResult
+from grpo_lab.run.summary import HEADLINES
+from grpo_lab.run.tracking import Tracker, TrackerInfo
 
 from conftest import one_line_naming
 
@@ -153,14 +153,22 @@ def test_headlines_name_the_metrics_json_keys():
 @pytest.fixture
 def recorder(tmp_path):
     from grpo_lab import config as config_mod
-    from grpo_lab.train import Recorder
+    from grpo_lab.run.train import Recorder
 
     from conftest import compose
 
-    cfg = config_mod.load(compose(["experiment=smoke", "logger=none", "max_steps=4"]))
-    ctx = SimpleNamespace(run_dir=tmp_path, run_name="smoke", resolved_config={"name": "smoke"}, overrides=[])
-    tracker = Tracker(cfg.logger, run_dir=tmp_path, name="smoke", group=None, tags=[])
-    job = SimpleNamespace(cfg=cfg, ctx=ctx, resume=None, tracker=tracker, main=True, schedule=None)
+    spec = config_mod.build_job(
+        compose(["experiment=smoke", "logger=none", "max_steps=4"]),
+        run_dir=tmp_path,
+        output_dir=tmp_path / "trainer",
+        run_name="smoke",
+        group=None,
+        overrides=(),
+        resolved_config={"name": "smoke"},
+        cache_dir=tmp_path / "cache",
+    )
+    tracker = Tracker(spec.run.logger, run_dir=tmp_path, name="smoke", group=None, tags=[])
+    job = SimpleNamespace(spec=spec, cfg=spec.run, ctx=spec, resume=None, tracker=tracker, main=True, schedule=None)
     rec = Recorder(job, started=0.0)
     rec.start()
     rec.restart_logs()

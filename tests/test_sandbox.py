@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from grpo_lab import sandbox
-from grpo_lab.code_data import humaneval_problems
+from grpo_lab.data.code import humaneval_problems
 from grpo_lab.sandbox import Limits, SandboxError, check_isolation, check_tests, run, run_many, wire
 from grpo_lab.sandbox.plan import program
 

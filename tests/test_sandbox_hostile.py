@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grpo_lab.code_data import humaneval_problems
+from grpo_lab.data.code import humaneval_problems
 from grpo_lab.sandbox import MARKER, Limits
 from grpo_lab.sandbox import isolation as iso
 

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from grpo_lab import config as config_mod
+from grpo_lab.config.overrides import key
+from grpo_lab.config.schedule import build
+from grpo_lab.config.schedule import of_run as schedule_of
 from grpo_lab.errors import ConfigError
-from grpo_lab.schedule import build
 from wandb_files import find_runs, read_run
 
 from conftest import compose, error_line, one_line_naming, run_cli
@@ -49,7 +51,10 @@ def test_a_reward_that_enters_later_weighs_0_before_its_first_point_and_ramps_ca
         (["reward.schedule.strict_format=[[0,0.5],[0.5,0.8],[0.4,1]]"], ["strict_format", "increase"]),
         (["reward.schedule.strict_format=[[0,0.5],[1.5,0.8]]"], ["strict_format", "between 0 and 1"]),
         (["reward.schedule.strict_format=[[0,0.5],[0.5,-0.1]]"], ["strict_format", "negative"]),
-        (["reward.schedule.strict_format=[[0,0.9],[0.5,0.8]]"], ["reward.weights.strict_format", "0.9"]),
+        (
+            ["reward.weights.strict_format=0.5", "reward.schedule.strict_format=[[0,0.9],[0.5,0.8]]"],
+            ["reward.weights.strict_format", "0.9", "0.5"],
+        ),
         (["reward.schedule.strict_format=[[0,0.5],[0.5]]"], ["strict_format", "[x, weight]"]),
         (["reward.schedule.strict_format={start: 0.5}"], ["strict_format", "ramp"]),
         (["reward.schedule.strict_format={start: 0.5, end: 1, from: 0.6, to: 0.4}"], ["strict_format", "from", "to"]),
@@ -63,8 +68,24 @@ def test_a_reward_that_enters_later_weighs_0_before_its_first_point_and_ramps_ca
 )
 def test_a_bad_schedule_fails_in_one_line(overrides: list[str], needles: list[str]) -> None:
     with pytest.raises(ConfigError) as caught:
-        config_mod.load(compose(["experiment=smoke", "max_steps=4", *overrides]))
+        load_given("experiment=smoke", "max_steps=4", *overrides)
     one_line_naming(caught.value, *needles)
+
+
+def load_given(*overrides: str) -> config_mod.RunConfig:
+    """The settings as `python -m grpo_lab OVERRIDES` checks them: the keys typed are the keys given."""
+    return config_mod.load(compose(list(overrides)), given=[key(o) for o in overrides])
+
+
+def test_a_schedule_owns_its_rewards_weight_unless_both_are_given_and_disagree() -> None:
+    # The preset's xmlcount weight is not 0; a schedule that starts it at 0 is the user's word for it.
+    assert compose(["experiment=smoke"]).reward.weights.xmlcount != 0
+    run = load_given("experiment=smoke", "reward.schedule.xmlcount=[[0,0.0],[1.0,1.0]]")
+    assert schedule_of(run).weight("xmlcount", 0.0) == 0.0
+    load_given("experiment=smoke", "reward.weights.xmlcount=0", "reward.schedule.xmlcount=[[0,0.0],[1.0,1.0]]")
+    with pytest.raises(ConfigError) as caught:
+        load_given("experiment=smoke", "reward.weights.xmlcount=0.3", "reward.schedule.xmlcount=[[0,0.0],[1.0,1.0]]")
+    one_line_naming(caught.value, "`reward.weights.xmlcount", "0.3", "give one of them")
 
 
 def test_a_bad_schedule_fails_before_any_model_loads(tmp_path: Path, model_cache: Path) -> None:
@@ -76,7 +97,7 @@ def test_a_bad_schedule_fails_before_any_model_loads(tmp_path: Path, model_cache
 
 def test_the_recipes_and_the_sweep_compose() -> None:
     run = config_mod.load(compose(["experiment=quickstart_staged"]))
-    schedule = config_mod.reward_schedule(run)
+    schedule = schedule_of(run)
     assert dict(zip(schedule.names, schedule.weights(1.0), strict=True)) == {
         "correctness": 3.0,
         "int_answer": 0.3,
@@ -150,7 +171,7 @@ def test_the_curriculum_sweep_varies_the_schedules(tmp_path: Path, model_cache: 
 def test_check_rewards_shows_the_weights_at_the_start_and_the_end() -> None:
     import dataclasses
 
-    from grpo_lab import reward_check
+    from grpo_lab.run import reward_check
 
     result = reward_check.assess({"a": [[1.0, 0.0]], "b": [[0.0, 0.0]]}, {"a": 1.0, "b": 0.5})
     plain = reward_check.table(result)

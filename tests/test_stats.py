@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from grpo_lab.evaluate import EvalResult, change_metrics
-from grpo_lab.stats import detectable_difference, mcnemar_exact, paired_change, wilson
+from grpo_lab.evaluation.evaluate import EvalResult, change_metrics
+from grpo_lab.evaluation.stats import detectable_difference, mcnemar_exact, paired_change, wilson
 
 from conftest import one_line_naming
 

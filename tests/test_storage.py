@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy
 
 from grpo_lab.errors import ConfigError
+from grpo_lab.run import study as study_mod
 from grpo_lab.sweep import proxy
 from grpo_lab.sweep import storage as st
 
@@ -114,19 +115,19 @@ def _claims_and_stale_trials(url: str) -> None:
 )
 def test_grpc_storage_urls(url, named):
     if named is None:
-        assert st.grpc_address(url) in (("127.0.0.1", 13000), ("::1", 13000))
+        assert study_mod.grpc_address(url) in (("127.0.0.1", 13000), ("::1", 13000))
     else:
         with pytest.raises(ConfigError) as error:
-            st.grpc_address(url)
+            study_mod.grpc_address(url)
         assert named in str(error.value)
-    assert st.grpc_address("sqlite:///x.db") is None
+    assert study_mod.grpc_address("sqlite:///x.db") is None
 
 
 def test_no_proxy_at_the_address_fails_in_one_line_naming_the_command(monkeypatch):
-    from grpo_lab.launch import free_port
+    from grpo_lab.net import free_port
 
-    monkeypatch.setattr(st, "_PROXY_WAIT_S", 1.0)
-    error = _raised(lambda: st.open_storage(f"grpc://127.0.0.1:{free_port()}"))
+    monkeypatch.setattr(study_mod, "_PROXY_WAIT_S", 1.0)
+    error = _raised(lambda: study_mod.open_storage(f"grpc://127.0.0.1:{free_port()}"))
     assert isinstance(error, ConfigError) and "\n" not in str(error)
     assert "No Optuna storage proxy answers" in str(error) and "python -m grpo_lab.sweep.proxy" in str(error)
 
@@ -147,7 +148,7 @@ def test_the_storage_lock_lets_one_holder_in_at_a_time_and_frees_a_dead_holders_
     PostgreSQL makes the update atomic itself; behind grpo_lab's proxy, SQLite's is made so by the proxy."""
     with contextlib.ExitStack() as stack:
         if kind == "grpc":
-            storage = st.open_storage(stack.enter_context(proxy.running(f"sqlite:///{tmp_path / 'lock.db'}")))
+            storage = study_mod.open_storage(stack.enter_context(proxy.running(f"sqlite:///{tmp_path / 'lock.db'}")))
         else:
             storage = optuna.storages.RDBStorage(fresh_postgres_database(postgres_url(), "lock"))
         _one_holder_at_a_time(storage, monkeypatch)
@@ -211,7 +212,7 @@ def test_eight_workers_through_the_grpc_proxy_run_exactly_n_trials(tmp_path):
         ]
         errors = [p.communicate(timeout=300)[1] for p in procs]
         assert [p.returncode for p in procs] == [0] * 8, [e[-2000:] for e in errors]
-        through_proxy = optuna.load_study(study_name="many", storage=st.open_storage(address)).trials
+        through_proxy = optuna.load_study(study_name="many", storage=study_mod.open_storage(address)).trials
     trials = optuna.load_study(study_name="many", storage=database).trials
     assert len(through_proxy) == len(trials) == 40  # exactly n_trials: none extra, none lost
     assert Counter(t.state.name for t in trials) == {"COMPLETE": 40}

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from grpo_lab.config.samplers import build_pruner, build_sampler, options, prunes
 from grpo_lab.errors import ConfigError
-from grpo_lab.sweep.samplers import build_pruner, build_sampler, options, prunes
 from grpo_lab.sweep.space import parse_space
 from wandb_files import find_runs, read_run
 
@@ -177,6 +177,11 @@ def test_swept_reward_weights_need_a_weight_free_objective_and_pruning_signal(tm
     assert proc.returncode == 1
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("Error")]
     one_line_naming(line, "train/reward_end", "train/rewards/<name>/mean")  # the objective, and what to use
+    # A scheduled reward's weight is its schedule's: sweeping the weight would change nothing.
+    proc = run_cli([*base, "reward.schedule.xmlcount=[[0,0.1],[1,0.2]]"], tmp_path, model_cache, timeout=120)
+    assert proc.returncode == 1
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("Error")]
+    one_line_naming(line, "`reward.weights.xmlcount`", "reward.schedule.xmlcount")
     assert not (tmp_path / "outputs" / "sweeps" / "optuna.db").exists()  # refused before any study or trial
 
 

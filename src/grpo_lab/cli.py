@@ -1,9 +1,10 @@
-"""`python -m grpo_lab`: the only Hydra entry point, and the only module that reads argv and the environment.
+"""`python -m grpo_lab`: the Hydra entry point, which turns a command line into a checked job and runs it.
 
-The job validates the composed config (no torch import), then hands a typed RunConfig to ``grpo_lab.train.run``
-and returns the objective, so any Hydra sweeper can optimise it. The side commands (``check_rewards``,
-``doctor``) compose and report errors through the same public helpers: :func:`parse_flags`, :func:`hydra_app`,
-:func:`side_command` and :func:`report`.
+The job parses the composed config and builds its spec (grpo_lab.config.build_job: every rule, TRL's own included,
+before W&B or a model loads), trains it in this process (grpo_lab.run.train.run) or in `accelerate launch` children
+(grpo_lab.launch), prints the run's summary and returns the objective, so any Hydra sweeper can optimise it. The
+side commands (``check_rewards``, ``doctor``, ``vllm_server``) compose and report errors through the same public
+helpers: :func:`parse_flags`, :func:`hydra_app`, :func:`side_command` and :func:`report`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_lab import interrupts, startup
-from grpo_lab import overrides as ov
-from grpo_lab.errors import describe
+from grpo_lab.config import overrides as ov
 from grpo_lab.paths import CONF_DIR, CONFIG_ENV, SWEEPS_DIR, cache_dir, config_groups, sweep_files
 from grpo_lab.redact import redact
 
@@ -92,14 +92,14 @@ def prepare_overrides(args: list[str]) -> tuple[list[str], list[str]]:
     our own validation to see it instead, so that it can name the nearest valid key, and so that any
     TRL GRPOConfig field can be set as `trainer.<field>=...` without listing all ~200 in YAML.
     Group selections (`model=tiny`), `hydra.*` keys and explicit `+`/`~` overrides are left alone
-    (the rule is :func:`grpo_lab.overrides.normalise`).
+    (the rule is :func:`grpo_lab.config.overrides.normalise`).
     """
     groups = config_groups(_config_dirs(args))  # a group only a `--config-dir` has is a group too
     out, swept = list(args), []
     for i in _override_positions(args):
         override = ov.parse(args[i])
         if (key := override.key_or_group) in ("hydra.sweeper.sampler.name", "hydra.sweeper.pruner.name"):
-            from grpo_lab.sweep.samplers import renamed
+            from grpo_lab.config.samplers import renamed
 
             raise renamed(key.split(".")[2], override.value())
         out[i] = ov.normalise(override, groups)
@@ -183,8 +183,10 @@ def run_job(cfg: DictConfig, *, verbose: bool, swept: tuple[str, ...]) -> Any:
 
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
-        run_cfg, result = _train(cfg, multirun=multirun, swept=swept)
+        spec, result = _job(cfg, multirun=multirun, swept=swept)
     except Exception as e:
+        from grpo_lab.config.problems import describe
+
         line = describe(e)
         if multirun:
             if line is not None:
@@ -198,62 +200,70 @@ def run_job(cfg: DictConfig, *, verbose: bool, swept: tuple[str, ...]) -> Any:
     finally:
         if multirun:  # the next job runs in this process: a job that failed before its model loaded resumes here
             startup.resume()
-    from grpo_lab import summary
-    from grpo_lab.run_folder import RunFolder
-    from grpo_lab.train import Objective
+    from grpo_lab.run import summary
+    from grpo_lab.run.folder import RunFolder
+    from grpo_lab.run.train import ObjectiveValue
 
     if result is None:  # a machine other than 0 of a multi-machine job: machine 0 records and reports the run
         print("This machine's processes finished; machine 0 records the run (metrics.json, W&B).", flush=True)
-        return Objective(float("nan"), {})
+        return ObjectiveValue(float("nan"), {})
     text = summary.format_run(result)
     summary_file = RunFolder(result.run_dir).write_summary(text)
-    trial = run_cfg.trial
+    trial = spec.run.trial
     print(text if trial is None else summary.format_trial(result, trial.number, summary_file), flush=True)
-    return Objective(result.objective, result.metrics)
+    return ObjectiveValue(result.objective, result.metrics)
 
 
-def _train(cfg: DictConfig, *, multirun: bool, swept: tuple[str, ...]) -> tuple[Any, Any]:
-    """The typed RunConfig and the RunResult of this job, in this process or in `accelerate launch` children."""
+def _job(cfg: DictConfig, *, multirun: bool, swept: tuple[str, ...]) -> tuple[Any, Any]:
+    """The job's spec (every rule passed, before W&B or a model) and its RunResult, trained in this process or in
+    `accelerate launch` children."""
     from hydra.core.hydra_config import HydraConfig
 
     from grpo_lab import config as config_mod  # here, not at the top: `--cfg job` and `--help` never need it
 
     _redact_hydra_files(multirun)
-    run_cfg = config_mod.load(cfg)
-    if run_cfg.resume is not None:  # no such folder or no checkpoint: one line in a second, before TRL loads
-        from grpo_lab.resume import find_resume
+    spec = _spec(config_mod.parse(cfg), cfg, swept)
+    if spec.run.launcher.kind == "accelerate":
+        from grpo_lab.launch import machines as machines_mod
+        from grpo_lab.launch.processes import run_children
 
-        find_resume(run_cfg.resume)
-    from grpo_lab import trl_checks  # TRL's own checks, before W&B or a model (imports trl)
-
-    trl_checks.check(run_cfg, num_processes=run_cfg.launcher.num_processes)
-    context = _run_context(cfg, swept)
-    if run_cfg.launcher.kind == "accelerate":
-        from grpo_lab import machines as machines_mod
-        from grpo_lab.launch import run_children
-
-        machines = machines_mod.resolve(run_cfg.launcher, os.environ)
+        machines = machines_mod.resolve(spec.run.launcher, os.environ)
         slot = HydraConfig.get().job.get("num", 0) if multirun else 0
         startup.resume()  # this process only waits for its children, which load the model
-        return run_cfg, run_children(run_cfg, context, machines, slot=int(slot or 0), env=dict(os.environ))
-    from grpo_lab.train import run
+        return spec, run_children(spec, machines, slot=int(slot or 0), env=dict(os.environ))
+    from grpo_lab.run.train import run
 
-    return run_cfg, run(run_cfg, context)
+    return spec, run(spec)
 
 
-def _run_context(cfg: DictConfig, swept: tuple[str, ...]) -> Any:
+def _spec(run: Any, cfg: DictConfig, swept: tuple[str, ...]) -> Any:
+    """The job spec: where it runs (with `resume=<folder>`, that folder, under the run's first name) and every rule
+    of the settings checked, TRL's own included (imports trl)."""
     from hydra.core.hydra_config import HydraConfig
 
-    from grpo_lab.train import RunContext
+    from grpo_lab import config as config_mod
+    from grpo_lab import models
+    from grpo_lab.run.folder import RunFolder
 
     name, group, overrides = _job_identity(cfg, swept)
-    resolved: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    return RunContext(
-        run_dir=Path(HydraConfig.get().runtime.output_dir),
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if run.resume is not None:  # no such folder or no checkpoint: one line in a second, before TRL loads
+        from grpo_lab.run.resume import find_resume
+
+        point = find_resume(run.resume)
+        if point.run_dir != run_dir:
+            log.info("Resuming into %s (Hydra's own folder for this job is %s).", point.run_dir, run_dir)
+        run_dir, name = point.run_dir, point.previous.get("run_name") or name
+    return config_mod.build_job(
+        run,
+        given={ov.key(o) for o in overrides},
+        architecture=lambda: models.architecture(run.model, cache_dir()),
+        run_dir=run_dir,
+        output_dir=RunFolder(run_dir).trainer_dir,
         run_name=name,
         group=group,
-        overrides=overrides,
-        resolved_config=resolved,
+        overrides=tuple(overrides),
+        resolved_config=OmegaConf.to_container(cfg, resolve=True),
         cache_dir=cache_dir(),
     )
 
@@ -288,7 +298,7 @@ def _redact_hydra_files(multirun: bool) -> None:
     """Mask secrets in Hydra's copies of the config (`.hydra/*.yaml`, `multirun.yaml`), written before the job."""
     from hydra.core.hydra_config import HydraConfig
 
-    from grpo_lab.run_folder import RunFolder
+    from grpo_lab.run.folder import RunFolder
 
     hc = HydraConfig.get()
     sweep_dir = Path(hc.sweep.dir) if multirun else None
@@ -303,6 +313,8 @@ def report(error: Exception, *, verbose: bool) -> int:
 
     from hydra.errors import CompactHydraException
     from omegaconf.errors import OmegaConfBaseException
+
+    from grpo_lab.config.problems import describe
 
     line = describe(error)
     if verbose or (line is None and not isinstance(error, CompactHydraException)):

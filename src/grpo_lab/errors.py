@@ -14,7 +14,7 @@ class ConfigError(GrpoLabError, ValueError):
     """The composed config is invalid: unknown key, wrong type or value, impossible batch shape.
 
     ``key`` is the config key as the user types it and ``kind`` what is wrong there (see
-    :mod:`grpo_lab.validation`, which builds these); ``problems`` lists every problem found at once.
+    :mod:`grpo_lab.config.problems`, which builds these); ``problems`` lists every problem found at once.
     """
 
     def __init__(self, message: str, *, key: str | None = None, kind: str = "rule", problems: tuple = ()) -> None:
@@ -84,14 +84,11 @@ def describe(error: BaseException) -> str | None:
     """One clear line for a user or environment error; None for anything else (a bug keeps its traceback).
 
     User errors are :class:`GrpoLabError`; environment errors are an ``OSError`` (a folder that cannot be
-    written, a full disk, a file that vanished), also when a library wrapped it in its own exception.
+    written, a full disk, a file that vanished), also when a library wrapped it in its own exception. (A command that
+    composes a config also words Hydra's refusals: grpo_lab.config.problems.describe.)
     """
     if isinstance(error, GrpoLabError):  # our own messages: kept as written (a few add lines on purpose)
         return _tidy(str(error))
-    from grpo_lab.validation import hydra_problem, render
-
-    if (problem := hydra_problem(error)) is not None:  # Hydra refused a key or value of our own schema
-        return render(problem)
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:

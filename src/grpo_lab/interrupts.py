@@ -5,8 +5,8 @@ send) ends the process at once, without cleanup. While :func:`handling` is activ
 :class:`Interrupted` (a KeyboardInterrupt) in the main thread instead, so that:
 
 - the training job records `interrupted` (signal and step) in metrics.json and closes its W&B run
-  with exit code 128 + signal (``grpo_lab.train``);
-- a multi-process job's parent forwards the signal to its children and ends them (``grpo_lab.launch``);
+  with exit code 128 + signal (``grpo_lab.run.train``);
+- a multi-process job's parent forwards the signal to its children and ends them (``grpo_lab.launch.processes``);
 - a sweeper can tell an interrupted trial from a failed one (``isinstance(e, KeyboardInterrupt)``);
 - the CLI exits with :func:`exit_code_for`: 130 after Ctrl-C, 143 after SIGTERM.
 

@@ -134,3 +134,11 @@ def cache_dir() -> Path:
         return Path(explicit).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base).expanduser() / "grpo_lab"
+
+
+# A sweep's folder, <sweep_root>/<study>/: each trial's run folder (also its W&B run's name) and the best trial(s).
+BEST_FILE = "best.yaml"
+
+
+def trial_name(number: int) -> str:
+    return f"trial_{number}"

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             if source.kind == "study":
                 import optuna
 
-                from grpo_lab.sweep.storage import open_storage
+                from grpo_lab.run.study import open_storage
 
                 study = optuna.load_study(study_name=source.study_name, storage=open_storage(source.storage))
                 written += plots.study_plots(study, source.out_dir)

@@ -40,7 +40,7 @@ def pick(board: Board, trial: int | None) -> RunRecord:
 
 def _split(overrides: list[str]) -> tuple[str, list[tuple[str, str]], list[tuple[str, Any]]]:
     """(base experiment, group choices, key values) from a run's overrides."""
-    from grpo_lab import overrides as ov
+    from grpo_lab.config import overrides as ov
 
     groups = config_groups()
     base = "quickstart"

@@ -1,8 +1,9 @@
-"""The leaderboard: one row per run or trial in the order of `grpo_lab.ranking` (the objective, or the mean over
+"""The leaderboard: one row per run or trial in the order of `grpo_lab.evaluation.ranking` (the objective, or the
+mean over
 seeds after a sweep's confirmation runs), with health flags and, for one objective, each run's 95% interval and
 its comparison with the leader (`ci95`, `vs_#1`).
 
-Health flags: the rules of grpo_lab.health (`FLAGS`: nan, kl-high, no-signal, length-jump, clipped) that fired
+Health flags: the rules of grpo_lab.run.health (`FLAGS`: nan, kl-high, no-signal, length-jump, clipped) that fired
 in the run, as recorded, or replayed over its logged steps for a run recorded without them.
 """
 
@@ -17,11 +18,11 @@ from typing import Any
 
 from grpo_lab.compare.paired import interval, item_outcomes
 from grpo_lab.compare.sources import RunRecord, Source
+from grpo_lab.config.overrides import as_dict
+from grpo_lab.evaluation.ranking import Entry, Ranking, Verdict, from_runs
 from grpo_lab.files import write_atomic
-from grpo_lab.overrides import as_dict
-from grpo_lab.ranking import Entry, Ranking, Verdict, from_runs
 from grpo_lab.redact import redact
-from grpo_lab.summary import HEADLINES
+from grpo_lab.run.summary import HEADLINES
 
 # (column, metrics key in metrics.json / W&B summary, history key)
 TRAIN_COLUMNS = tuple((h.column, h.metric, h.key) for h in HEADLINES)
@@ -49,9 +50,9 @@ def _series(run: RunRecord, key: str) -> list[float]:
 
 
 def health(run: RunRecord) -> list[str]:
-    """The run's health flags: its recorded events (grpo_lab.health, live during training), or, for a run
+    """The run's health flags: its recorded events (grpo_lab.run.health, live during training), or, for a run
     recorded before those existed (or one from W&B), the same rules replayed over its history."""
-    from grpo_lab import health as rules
+    from grpo_lab.run import health as rules
 
     if run.health is not None:
         return list(dict.fromkeys(rules.FLAGS[e["rule"]] for e in run.health if e.get("rule") in rules.FLAGS))
@@ -98,7 +99,7 @@ def _final(run: RunRecord, metric_key: str, history_key: str) -> float | None:
 
 
 def build(source: Source) -> Board:
-    """The rows in the ranking's order (`grpo_lab.ranking`); with one objective, each run's interval and its
+    """The rows in the ranking's order (`grpo_lab.evaluation.ranking`); with one objective, each run's interval and its
     comparison with the leader."""
     params = vary(source.runs)
     metric = source.metrics[0]

@@ -84,7 +84,7 @@ def _winner(board: Any) -> list[str]:
     """The best finished run and its re-run command, or every run it cannot be told from: the same value, or
     not distinguishable on the same held-out items (McNemar p >= 0.05)."""
     from grpo_lab.compare.leaderboard import vs_leader
-    from grpo_lab.stats import ALPHA
+    from grpo_lab.evaluation.stats import ALPHA
 
     metric, direction = board.source.metrics[0], board.source.directions[0]
     ranking = board.ranking

@@ -1,7 +1,7 @@
 """A run's held-out items and the interval of its objective, for the leaderboard and the paired test.
 
 For an objective that is a held-out grader's share (`eval_after/<grader>`: accuracy, format...), each run
-folder's `eval_after.jsonl` holds one graded completion per item: the items that `grpo_lab.ranking` compares
+folder's `eval_after.jsonl` holds one graded completion per item: the items that `grpo_lab.evaluation.ranking` compares
 with the leader's (same questions, same order: McNemar). Runs without per-item results (W&B sources, other
 objectives, other eval sets) get no test.
 """
@@ -12,9 +12,9 @@ from typing import Any
 
 from grpo_lab.compare.sources import RunRecord
 from grpo_lab.config import EVAL_EXTRA_METRICS
-from grpo_lab.graders import item_value
-from grpo_lab.run_folder import RunFolder
-from grpo_lab.stats import wilson
+from grpo_lab.evaluation.graders import item_value
+from grpo_lab.evaluation.stats import wilson
+from grpo_lab.run.folder import RunFolder
 
 
 def item_outcomes(run: RunRecord, metric: str) -> list[tuple[str, bool | None]] | None:

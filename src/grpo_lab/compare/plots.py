@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from grpo_lab.compare.leaderboard import Board
-from grpo_lab.ranking import Verdict
-from grpo_lab.summary import HEADLINES
+from grpo_lab.evaluation.ranking import Verdict
+from grpo_lab.run.summary import HEADLINES
 
 log = logging.getLogger("grpo_lab")
 

@@ -11,14 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_lab.config.overrides import render, user_overrides
 from grpo_lab.errors import GrpoLabError
+from grpo_lab.evaluation.ranking import CONFIRM_OF
 from grpo_lab.files import RunFolderError
-from grpo_lab.overrides import render, user_overrides
-from grpo_lab.ranking import CONFIRM_OF
+from grpo_lab.paths import BEST_FILE, trial_name
 from grpo_lab.redact import MASK, redact, reveal, without_password
-from grpo_lab.run_folder import RunFolder
-from grpo_lab.run_folder import number as _number
-from grpo_lab.summary import HEADLINES
+from grpo_lab.run.folder import RunFolder
+from grpo_lab.run.folder import number as _number
+from grpo_lab.run.summary import HEADLINES
 
 
 class SourceError(GrpoLabError):
@@ -113,7 +114,7 @@ def from_folder(path: Path) -> Source:
     dirs = _run_dirs(path)
     if not dirs:
         raise SourceError(f"{path} holds no runs (no folder with Hydra's .hydra/ below it): is the sweep empty?")
-    best = path / "best.yaml"
+    best = path / BEST_FILE
     if best.exists():  # a sweep folder: its study has the real objective(s) and trial states
         import yaml
 
@@ -136,7 +137,7 @@ def _trial_record(t: Any) -> RunRecord:
     """A trial's run folder, with what the study knows better: its state, values, parameters and overrides."""
     run_dir = Path(t.user_attrs["run_dir"]) if t.user_attrs.get("run_dir") else None
     record = (
-        read_run_dir(run_dir) if run_dir is not None and run_dir.exists() else RunRecord(f"trial_{t.number}", "", None)
+        read_run_dir(run_dir) if run_dir is not None and run_dir.exists() else RunRecord(trial_name(t.number), "", None)
     )
     record.trial = t.number
     record.state = {"COMPLETE": "finished", "FAIL": "failed"}.get(t.state.name, t.state.name.lower())
@@ -155,7 +156,8 @@ def from_study(storage: str, study_name: str, out_dir: Path | None = None) -> So
     import optuna
 
     from grpo_lab.errors import one_line
-    from grpo_lab.sweep.storage import open_storage, study_sizes
+    from grpo_lab.run.study import open_storage
+    from grpo_lab.sweep.storage import study_sizes
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     masked = MASK in reveal(storage)  # a password that only the user knows now
@@ -196,7 +198,7 @@ def from_study(storage: str, study_name: str, out_dir: Path | None = None) -> So
 
 def from_wandb(project_path: str, group: str, metric: str, direction: str, out_dir: Path) -> Source:
     """Runs of a W&B group through W&B's public API (needs a login; offline runs: pass their folder)."""
-    from grpo_lab.tracking import wandb_logged_in
+    from grpo_lab.run.tracking import wandb_logged_in
 
     if not wandb_logged_in():
         raise SourceError(

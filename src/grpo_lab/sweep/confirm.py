@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from grpo_lab.ranking import CONFIRM_OF, Config, Ranking, from_trials
+from grpo_lab.evaluation.ranking import CONFIRM_OF, Config, Ranking, from_trials
 
 SEED = "confirm_seed"  # on a confirmation trial: the seed it runs with
 _PLANNED = "grpo_lab_confirm_planned"  # study attribute: the number of confirmation trials enqueued

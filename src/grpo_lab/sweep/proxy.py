@@ -31,7 +31,7 @@ log = logging.getLogger("grpo_lab")
 def serve(url: str, *, host: str, port: int, threads: int) -> None:
     import optuna
 
-    from grpo_lab.sweep.storage import JOURNAL_PREFIX, check_driver, engine_kwargs, grpc_address
+    from grpo_lab.run.study import JOURNAL_PREFIX, check_driver, engine_kwargs, grpc_address
 
     if url.startswith(JOURNAL_PREFIX) or grpc_address(url) is not None:
         raise ConfigError(
@@ -109,11 +109,11 @@ def main(argv: list[str] | None = None) -> int:
 def running(url: str, *, port: int | None = None, ready_s: float = 60.0) -> Iterator[str]:
     """A proxy for `url` in a child process while the block runs; yields its `grpc://127.0.0.1:PORT`
     (what the benchmarks and tests run their workers through)."""
-    from grpo_lab.launch import free_port
-    from grpo_lab.sweep.storage import grpc_proxy
+    from grpo_lab.net import LOOPBACK, free_port
+    from grpo_lab.run.study import grpc_proxy
 
     port = port or free_port()
-    address = f"grpc://127.0.0.1:{port}"
+    address = f"grpc://{LOOPBACK}:{port}"
     # Its log goes to a file: a pipe nobody reads while the proxy serves would fill and block it.
     with tempfile.TemporaryFile(mode="w+") as log_file:
         proc = subprocess.Popen(

@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from grpo_lab.overrides import Machinery, without
-from grpo_lab.ranking import Entry, Ranking, from_trials
+from grpo_lab.config.overrides import Machinery, without
+from grpo_lab.evaluation.ranking import Entry, Ranking, from_trials
 from grpo_lab.sweep import confirm
 from grpo_lab.sweep.retention import model_path
 

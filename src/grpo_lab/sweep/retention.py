@@ -17,8 +17,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from grpo_lab.ranking import Ranking, from_trials
-from grpo_lab.run_folder import RunFolder
+from grpo_lab.evaluation.ranking import Ranking, from_trials
+from grpo_lab.run.folder import RunFolder
 
 log = logging.getLogger("grpo_lab")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_lab import overrides as ov
+from grpo_lab.config import overrides as ov
 from grpo_lab.errors import ConfigError
 
 
@@ -84,7 +84,7 @@ def expand_wildcards(params: dict[str, Any], config: Any) -> dict[str, Any]:
 def parse_space(params: dict[str, Any], arguments: list[str], groups: set[str]) -> SearchSpace:
     """The sweep file's `params` plus the command line's overrides; the command line wins per key.
 
-    Plain config keys are force-added like the CLI's (:func:`grpo_lab.overrides.normalise`), so that any TRL
+    Plain config keys are force-added like the CLI's (:func:`grpo_lab.config.overrides.normalise`), so that any TRL
     field can be swept or set; group selections stay plain.
     """
     lines = [f"{key}={value}" for key, value in (params or {}).items()]

@@ -10,7 +10,8 @@
   journal files and the gRPC proxy); a trial whose worker died goes stale and is marked FAIL (and re-run
   with `retry_failed`) by the next claim.
 
-:class:`SweepStorage` is what the sweeper holds; :func:`open_storage` opens a storage to read or report to.
+:class:`SweepStorage` is what the sweeper holds; a storage to read or report to is grpo_lab.run.study's (a trial's
+job reports to its study through it).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import logging
 import random
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,48 +30,17 @@ from typing import Any
 
 from grpo_lab.errors import ConfigError, one_line
 from grpo_lab.redact import redact
+from grpo_lab.run.study import (
+    JOURNAL_PREFIX,
+    check_driver,
+    engine_kwargs,
+    grpc_address,
+    grpc_proxy,
+    open_storage,
+    sqlite_path,
+)
 
 log = logging.getLogger("grpo_lab")
-
-JOURNAL_PREFIX = "journal:"
-GRPC_PREFIX = "grpc://"
-# Seconds to wait for a gRPC storage proxy to answer before saying it is not there.
-_PROXY_WAIT_S = 10.0
-
-
-def grpc_address(url: str) -> tuple[str, int] | None:
-    """(host, port) of a `grpc://host:port` storage URL; None for any other URL."""
-    if not url.startswith(GRPC_PREFIX):
-        return None
-    host, sep, port = url.removeprefix(GRPC_PREFIX).rstrip("/").rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(f"Storage {url!r}: a gRPC storage proxy is `grpc://HOST:PORT`, e.g. grpc://127.0.0.1:13000.")
-    return host.strip("[]"), int(port)
-
-
-def grpc_proxy(url: str) -> Any:
-    """A client of the gRPC storage proxy at `url`, once it answers (else a one-line error naming the command)."""
-    import optuna
-
-    host, port = grpc_address(url)  # type: ignore[misc]
-    with warnings.catch_warnings():  # experimental since Optuna 4.2: said once in the docs, not on every worker
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        proxy = optuna.storages.GrpcStorageProxy(host=host, port=port)
-    try:
-        proxy.wait_server_ready(timeout=_PROXY_WAIT_S)
-    except Exception as e:
-        proxy.close()
-        raise ConfigError(
-            f"No Optuna storage proxy answers at {url} within {_PROXY_WAIT_S:.0f} s ({type(e).__name__}): start it "
-            f"first, e.g. `python -m grpo_lab.sweep.proxy postgresql+psycopg2://USER:PASSWORD@HOST/DB --port {port}`."
-        ) from e
-    return proxy
-
-
-def _sqlite_path(url: str) -> Path | None:
-    if url.startswith("sqlite:///"):
-        return Path(url.removeprefix("sqlite:///"))
-    return None
 
 
 def lock_path(url: str) -> Path | None:
@@ -79,7 +48,7 @@ def lock_path(url: str) -> Path | None:
     # Not `<file>.lock`: Optuna's journal backend takes that name for its own (symlink) lock.
     if url.startswith(JOURNAL_PREFIX):
         return Path(url.removeprefix(JOURNAL_PREFIX) + ".grpo_lab-claim")
-    sqlite = _sqlite_path(url)
+    sqlite = sqlite_path(url)
     return Path(str(sqlite) + ".grpo_lab-claim") if sqlite is not None else None
 
 
@@ -87,7 +56,7 @@ def storage_file(url: str) -> Path | None:
     """The file behind a SQLite or journal storage (None for server databases)."""
     if url.startswith(JOURNAL_PREFIX):
         return Path(url.removeprefix(JOURNAL_PREFIX))
-    return _sqlite_path(url)
+    return sqlite_path(url)
 
 
 def study_sizes(url: str, timeout: int = 5) -> dict[str, int]:
@@ -111,37 +80,6 @@ def study_sizes(url: str, timeout: int = 5) -> dict[str, int]:
     return {s.study_name: s.n_trials for s in summaries if not is_lock_study(s.study_name)}
 
 
-def engine_kwargs(url: str) -> dict[str, Any]:
-    # SQLite lets one writer in at a time; Python's 5 s busy timeout is too short when several workers
-    # and their heartbeats share a file on a loaded machine ("database is locked" would fail a trial).
-    connect_args = {"timeout": 120} if _sqlite_path(url) is not None else {}
-    return {"pool_pre_ping": True, "connect_args": connect_args}
-
-
-def open_storage(url: str) -> Any:
-    """A storage to read or report to (no heartbeats): what optuna.load_study takes."""
-    import optuna
-
-    if url.startswith(JOURNAL_PREFIX):
-        from optuna.storages.journal import JournalFileBackend
-
-        return optuna.storages.JournalStorage(JournalFileBackend(url.removeprefix(JOURNAL_PREFIX)))
-    if _sqlite_path(url) is not None:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url))
-    if grpc_address(url) is not None:
-        return grpc_proxy(url)
-    return url
-
-
-def check_driver(url: str) -> None:
-    """Refuse, in one line, a database URL whose SQLAlchemy driver is not installed."""
-    if url.startswith("postgresql://"):
-        raise ConfigError(
-            f"Storage {redact(url)!r}: use `postgresql+psycopg2://...` (plain postgresql:// means psycopg 3 under "
-            "SQLAlchemy 2, which is not installed)."
-        )
-
-
 def _optuna_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_retry: int | None) -> Any:
     """The Optuna storage for `url`, with Optuna's heartbeats (and retries of stale trials) on RDB storages."""
     import optuna
@@ -152,7 +90,7 @@ def _optuna_storage(url: str, *, heartbeat_interval: int, grace_period: int, max
         return open_storage(url)  # Optuna keeps no heartbeats here: SweepStorage does
     if grpc_address(url) is not None:
         return grpc_proxy(url)  # nor through the proxy (the server holds the database's heartbeat table)
-    sqlite = _sqlite_path(url)
+    sqlite = sqlite_path(url)
     if sqlite is not None:
         sqlite.parent.mkdir(parents=True, exist_ok=True)
     check_driver(url)

@@ -21,12 +21,13 @@ from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from grpo_lab.config.sweep import DEFAULT_STORAGE, SweeperSettings
 from grpo_lab.errors import GrpoLabError
+from grpo_lab.paths import BEST_FILE, trial_name
 from grpo_lab.redact import redact, share
-from grpo_lab.sweep_defaults import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
-    from grpo_lab.ranking import Ranking
+    from grpo_lab.evaluation.ranking import Ranking
     from grpo_lab.sweep.plan import Plan
     from grpo_lab.sweep.storage import SweepStorage
 
@@ -59,7 +60,8 @@ def _outcome(ret: Any) -> tuple[Any, BaseException | None]:
 
 class GrpoOptunaSweeper(Sweeper):
     def __init__(self, **settings: Any) -> None:
-        self.settings = OmegaConf.create(settings)
+        self._given = settings  # checked in setup, where a bad value is reported like any other config error
+        self.settings: SweeperSettings = None  # type: ignore[assignment]
         self.config: DictConfig | None = None
         self.launcher: Any = None
         self.job_idx = 0
@@ -67,7 +69,9 @@ class GrpoOptunaSweeper(Sweeper):
     def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
 
-        s = self.settings
+        from grpo_lab.config.sweep import check
+
+        self.settings = s = check(self._given)  # each hydra.sweeper.* value against its declared choices and range
         # Stable folders: outputs/sweeps/<study>/trial_<n>/, the same when the study is resumed.
         with open_dict(config):
             config.hydra.sweep.dir = str(Path(s.sweep_root) / s.study_name)
@@ -79,7 +83,7 @@ class GrpoOptunaSweeper(Sweeper):
 
     # ------------------------------------------------------------------------------------------ sweep
     def sweep(self, arguments: list[str]) -> None:
-        from grpo_lab.ranking import from_trials
+        from grpo_lab.evaluation.ranking import from_trials
         from grpo_lab.sweep import retention
 
         s = self.settings
@@ -97,27 +101,20 @@ class GrpoOptunaSweeper(Sweeper):
         """Check the settings, open the storage and the study: the sweep's plan."""
         import optuna
 
-        from grpo_lab.config import check_metric_name, eval_metric_names
+        from grpo_lab.config import job, rules
         from grpo_lab.paths import config_groups
         from grpo_lab.sweep.plan import Plan
         from grpo_lab.sweep.space import expand_wildcards, parse_space
         from grpo_lab.sweep.storage import SweepStorage
-        from grpo_lab.sweep_settings import check as check_settings
 
         s = self.settings
-        check_settings(s)  # each hydra.sweeper.* value against its declared choices and range
-        metrics = [o.metric for o in s.objectives]
-        for metric in metrics:
-            evaluation = self.config.eval
-            known = eval_metric_names(list(evaluation.graders), evaluation.get("samples"), evaluation.get("pass_k", ()))
-            check_metric_name(metric, known)
-        params = expand_wildcards(OmegaConf.to_container(s.params) or {}, self.config)
+        metrics = [o["metric"] for o in s.objectives]
+        params = expand_wildcards(s.params or {}, self.config)
         space = parse_space(params, arguments, config_groups())
         distributions = {p.name: p.distribution for p in space.params}
-        self._check_confirm(metrics, distributions)
-        self._check_weight_free(metrics, distributions)
-        self._check_per_item(metrics)
-        self._check_sampled(metrics)
+        run = job.parse(self.config)  # the sweep's base settings: what every trial shares
+        sweep = rules.SweepPlan(s, tuple(metrics), frozenset(distributions))
+        rules.check(rules.Checking(run, run.launcher.num_processes, sweep=sweep), ("sweep",))
         storage = SweepStorage.open(
             s.storage or DEFAULT_STORAGE,
             heartbeat_interval=s.heartbeat_interval,
@@ -125,12 +122,12 @@ class GrpoOptunaSweeper(Sweeper):
             max_retry=s.retry_failed,
         )
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study, worker, pruner = self._open_study(storage, metrics, [o.direction for o in s.objectives])
+        study, worker, pruner = self._open_study(storage, metrics, [o["direction"] for o in s.objectives])
         return Plan(study, storage, space, metrics, worker, distributions, pruner)
 
     def _run_until(self, target: int, plan: Plan) -> None:
         """Claim and run batches of trials until the study holds `target` finished trials."""
-        from grpo_lab.ranking import from_trials
+        from grpo_lab.evaluation.ranking import from_trials
         from grpo_lab.sweep import retention
         from grpo_lab.sweep.report import write_best
 
@@ -143,78 +140,9 @@ class GrpoOptunaSweeper(Sweeper):
                 raise
             ranking = from_trials(study)
             retention.apply(study, s.keep_models, s.keep_top_k, ranking)
-            best = self.sweep_dir / "best.yaml"
+            best = self.sweep_dir / BEST_FILE
             write_best(study, best, metrics=plan.metrics, storage=redact(plan.url), ranking=ranking)
             self._check_failures(study)
-
-    def _check_confirm(self, metrics: list[str], distributions: dict) -> None:
-        from grpo_lab.errors import ConfigError
-
-        c = self.settings.confirm
-        if c.top_k and len(metrics) > 1:
-            raise ConfigError(
-                "`hydra.sweeper.confirm` ranks configs by one objective; set confirm.top_k=0 for "
-                f"the {len(metrics)}-objective sweep."
-            )
-        if c.top_k and "seed" in distributions:
-            raise ConfigError("`hydra.sweeper.confirm` re-runs configs with new seeds: do not also sweep `seed`.")
-
-    def _check_weight_free(self, metrics: list[str], distributions: dict) -> None:
-        """With reward weights swept, the weighted training reward is not comparable across trials (small weights
-        score lower only because they scale the reward down): neither the objective nor the pruning signal."""
-        from grpo_lab.errors import ConfigError
-        from grpo_lab.sweep.samplers import per_item, prunes
-
-        weights = sorted(n for n in distributions if n.startswith(("reward.weights.", "reward.schedule.")))
-        if not weights:
-            return
-        why = f"the sweep varies {', '.join(f'`{w}`' for w in weights)}, which scale the weighted reward"
-        for metric in metrics:
-            if metric.startswith("train/reward") and not metric.startswith("train/rewards/"):
-                raise ConfigError(
-                    f"Objective `{metric}` is the weighted training reward, but {why}: optimise a metric the weights "
-                    "do not scale, e.g. eval_after/accuracy or train/rewards/<name>/mean."
-                )
-        # An eval_* objective without periodic evaluation is pruned on the training reward (sweep.trial).
-        pruner = OmegaConf.to_container(self.settings.pruner)
-        by_reward = metrics[0].startswith("eval_") and not self.config.eval.every_n_steps and not per_item(pruner)
-        if len(metrics) == 1 and by_reward and prunes(pruner):
-            raise ConfigError(
-                f"Pruning would compare trials on the weighted training reward (no periodic evaluation), but {why}. "
-                "Set `eval.every_n_steps=N` to prune on the held-out metric, or `hydra/sweeper/pruner=none`."
-            )
-
-    def _check_sampled(self, metrics: list[str]) -> None:
-        """A sampled pass@k objective (`eval.samples`) exists only after training: periodic evaluations are greedy,
-        so a pruner that reads them would never see it."""
-        from grpo_lab.errors import ConfigError
-        from grpo_lab.sweep.samplers import prunes
-
-        greedy = {f"eval_after/{name}" for name in self.config.eval.graders} | {"eval_after/mean_length"}
-        sampled = [m for m in metrics if m.startswith("eval_after/") and m not in greedy]
-        if sampled and prunes(OmegaConf.to_container(self.settings.pruner)) and len(metrics) == 1:
-            raise ConfigError(
-                f"Objective `{sampled[0]}` is a sampled pass@k, measured only after training (periodic evaluations are "
-                f"greedy), so a pruner could not compare trials on it: prune on a greedy grader "
-                f"({', '.join(sorted(greedy))}) or use `hydra/sweeper/pruner=none`."
-            )
-
-    def _check_per_item(self, metrics: list[str]) -> None:
-        """A per-item pruner (Wilcoxon) reads the held-out evaluation after training item by item: the one
-        objective must be a proportion of that evaluation."""
-        from grpo_lab.errors import ConfigError
-        from grpo_lab.sweep.samplers import per_item
-
-        if not per_item(OmegaConf.to_container(self.settings.pruner)):
-            return
-        wanted = [f"eval_after/{name}" for name in self.config.eval.graders]
-        if len(metrics) != 1 or metrics[0] not in wanted or not self.config.eval.after:
-            raise ConfigError(
-                f"The Wilcoxon pruner compares trials item by item on the evaluation after training, so it needs "
-                f"one objective among {', '.join(wanted)} and eval.after=true (got {', '.join(metrics)}, "
-                f"eval.after={self.config.eval.after}). Change the objective or pick another pruner "
-                f"(hydra/sweeper/pruner=median)."
-            )
 
     def _plan_confirmation(self, plan: Plan) -> int:
         """Queue the confirmation trials (once per study, by the first worker whose search is over, after
@@ -248,7 +176,7 @@ class GrpoOptunaSweeper(Sweeper):
         number, its sampler (seed + worker number) and the pruner's config for the trials' jobs."""
         import optuna
 
-        from grpo_lab.sweep.samplers import build_pruner, build_sampler, prunes
+        from grpo_lab.config.samplers import build_pruner, build_sampler, prunes
 
         s = self.settings
         multi = len(metrics) > 1
@@ -261,9 +189,9 @@ class GrpoOptunaSweeper(Sweeper):
             if worker == 0 and not study.get_trials(deepcopy=False):
                 study.set_metric_names(metrics)  # so that dashboards and `grpo_lab.compare` can label values
                 for params in s.enqueue or []:
-                    study.enqueue_trial(OmegaConf.to_container(params))
+                    study.enqueue_trial(params)
         # Each worker its own sampler seed, so that concurrent workers do not propose the same points.
-        sampler, pruner = OmegaConf.to_container(s.sampler), OmegaConf.to_container(s.pruner)
+        sampler, pruner = s.sampler, s.pruner
         seed = None if sampler.get("seed") is None else int(sampler["seed"]) + worker
         study.sampler = build_sampler(sampler, seed)
         # What a trial's job gets to build the same pruner; None: its trials are not pruned.
@@ -294,7 +222,7 @@ class GrpoOptunaSweeper(Sweeper):
             print(f"\nConfirmation runs ({metrics[0]}, mean over seeds, 95% t-interval):", flush=True)
             print(confirm.table(ranking), flush=True)
             print(confirm.verdict(ranking), flush=True)
-        best = write_best(study, self.sweep_dir / "best.yaml", metrics=metrics, storage=redact(url), ranking=ranking)
+        best = write_best(study, self.sweep_dir / BEST_FILE, metrics=metrics, storage=redact(url), ranking=ranking)
         if best is not None:
             label = "Pareto-optimal trials" if len(metrics) > 1 else "Best trial"
             tie = f", tied with {', '.join('#' + str(e.trial) for e in ranking.tied)}" if ranking.tied else ""
@@ -307,7 +235,7 @@ class GrpoOptunaSweeper(Sweeper):
 
     # ----------------------------------------------------------------------------------------- trials
     def _trial_overrides(self, plan: Plan, trial: Any, trial_id: int, arguments_keys: set[str]) -> list[str]:
-        from grpo_lab.overrides import render
+        from grpo_lab.config.overrides import render
         from grpo_lab.sweep import confirm
 
         s = self.settings
@@ -322,15 +250,15 @@ class GrpoOptunaSweeper(Sweeper):
         extra = [
             render("++trial", info),
             render("hydra.sweep.dir", str(self.sweep_dir)),
-            f"hydra.sweep.subdir=trial_{trial.number}",
+            f"hydra.sweep.subdir={trial_name(trial.number)}",
         ]
         if len(s.objectives) == 1:  # the job prunes on what tracks the sweep's objective (sweep.trial)
-            extra += [render("++objective.metric", s.objectives[0].metric)]
-            extra += [render("++objective.direction", s.objectives[0].direction)]
+            extra += [render("++objective.metric", s.objectives[0]["metric"])]
+            extra += [render("++objective.direction", s.objectives[0]["direction"])]
         if "logger.group" not in arguments_keys:
             extra.append(render("++logger.group", s.study_name))
         if "logger.name" not in arguments_keys:
-            extra.append(f"++logger.name=trial_{trial.number}")
+            extra.append(f"++logger.name={trial_name(trial.number)}")
         if s.keep_models == "none" and "output.save_model" not in arguments_keys:
             extra.append("++output.save_model=false")
         if confirming:
@@ -339,8 +267,8 @@ class GrpoOptunaSweeper(Sweeper):
         return [*plan.space.overrides_for(trial.params), *extra]
 
     def _run_batch(self, plan: Plan, trials: list) -> None:
-        from grpo_lab.overrides import as_typed, key
-        from grpo_lab.ranking import rerun_command
+        from grpo_lab.config.overrides import as_typed, key
+        from grpo_lab.evaluation.ranking import rerun_command
 
         space = plan.space
         keys = {key(o) for o in space.fixed}
@@ -396,14 +324,14 @@ class GrpoOptunaSweeper(Sweeper):
 
         from grpo_lab import interrupts
         from grpo_lab.files import RunFolderError
-        from grpo_lab.run_folder import RunFolder
+        from grpo_lab.run.folder import RunFolder
 
         name = interrupts.signal_name(interrupts.signal_of(error) or 2)
         states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
         for trial in trials:
             if states.get(trial.number) != TrialState.RUNNING:
                 continue  # told already
-            run_dir = self.sweep_dir / f"trial_{trial.number}"
+            run_dir = self.sweep_dir / trial_name(trial.number)
             where = ""
             try:
                 step = (RunFolder(run_dir).read_metrics() or {})["interrupted"]["step"]
