@@ -18,8 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from grpo_lab.config import rules
-from grpo_lab.config.problems import Problem, fail, problems
+from grpo_lab.config.problems import Problem, alias, fail, problems
 from grpo_lab.config.schema import RunConfig
 
 
@@ -51,7 +50,7 @@ def parse(cfg: Any) -> RunConfig:
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as e:
-        raise fail(*problems(e, RunConfig, aliases=rules.alias)) from None
+        raise fail(*problems(e, RunConfig, aliases=alias)) from None
 
 
 def load(
@@ -63,6 +62,8 @@ def load(
 ) -> RunConfig:
     """The typed settings of a composed config, every rule of grpo_lab.config.rules passed (those that import TRL,
     transformers and peft too with `libraries`); a broken one raises one ConfigError, one line."""
+    from grpo_lab.config import rules  # TRL's, transformers' and peft's checks: not for a config that fails to parse
+
     run = parse(cfg)
     checking = rules.Checking(run, run.launcher.num_processes, frozenset(given), architecture)
     rules.check(checking, rules.JOB if libraries else ("settings",))
@@ -72,6 +73,8 @@ def load(
 def check_all(cfg: Any, *, architecture: Callable[[], Any] | None = None) -> tuple[RunConfig, Any]:
     """The typed settings with every rule passed, TRL's own included, and the GRPOConfig that check built (a command
     that reads it without training: the doctor, which reports the packages a switch needs in rows of its own)."""
+    from grpo_lab.config import rules
+
     run = parse(cfg)
     checking = rules.Checking(run, run.launcher.num_processes, architecture=architecture)
     rules.check(checking, ("settings", "libraries"))
@@ -146,6 +149,8 @@ def build_job(
     JobSpec's run_dir, output_dir, run_name, group, overrides, resolved_config and cache_dir. The GRPOConfig the check
     builds is the job's when it trains in this process; a job of several processes checks with one of its own (each
     process builds its own: the world size is theirs)."""
+    from grpo_lab.config import rules
+
     run = cfg if isinstance(cfg, RunConfig) else parse(cfg)
     spec = JobSpec(run=run, **where)
     several = run.launcher.kind == "accelerate"

@@ -48,6 +48,29 @@ class Problem:
     note: str = ""
 
 
+# Keys that users of other libraries type, mapped onto ours.
+ALIASES = {
+    "kl_coeff": "beta",
+    "kl_coef": "beta",
+    "kl_coefficient": "beta",
+    "init_kl_coef": "beta",
+    "learning_rate": "lr",
+    "num_generation": "num_generations",
+    "group_size": "num_generations",
+    "steps": "max_steps",
+    "rank": "r",
+    "lora_r": "r",
+    "lora_alpha": "alpha",
+    "lora_dropout": "dropout",
+}
+
+
+def alias(key: str, valid: list[str]) -> str | None:
+    """The name grpo_lab or TRL uses for a key other libraries spell ``key``, when it is valid here."""
+    name = ALIASES.get(key)
+    return name if name in valid else None
+
+
 def nearest(value: Any, candidates: Iterable[Any], cutoff: float = 0.6) -> str | None:
     """The candidate closest to `value` (difflib's ratio at least `cutoff`), for "did you mean"; None if none is."""
     matches = difflib.get_close_matches(str(value), [str(c) for c in candidates], n=1, cutoff=cutoff)

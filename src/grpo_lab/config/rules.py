@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from grpo_lab.config import limits, trl_fields
 from grpo_lab.config.metrics import eval_metric_names, metric_problem
-from grpo_lab.config.problems import Problem, fail, show, unknown_key
+from grpo_lab.config.problems import ALIASES, Problem, fail, show, unknown_key
 from grpo_lab.config.schedule import build as build_schedule
 from grpo_lab.config.schema import RunConfig
 from grpo_lab.config.trl import TRAINER_FIELDS, grpo_kwargs, user_key
@@ -87,21 +87,6 @@ class Rule:
 
 
 # ----------------------------------------------------------------------------------------------- our keys
-# Keys that users of other libraries type, mapped onto ours.
-ALIASES = {
-    "kl_coeff": "beta",
-    "kl_coef": "beta",
-    "kl_coefficient": "beta",
-    "init_kl_coef": "beta",
-    "learning_rate": "lr",
-    "num_generation": "num_generations",
-    "group_size": "num_generations",
-    "steps": "max_steps",
-    "rank": "r",
-    "lora_r": "r",
-    "lora_alpha": "alpha",
-    "lora_dropout": "dropout",
-}
 # Names from PPO or older TRL releases that are not GRPO settings at all.
 _NOT_GRPO = frozenset(
     [
@@ -125,12 +110,6 @@ _NOT_GRPO = frozenset(
         "max_prompt_length",
     ]
 )
-
-
-def alias(key: str, valid: list[str]) -> str | None:
-    """The name grpo_lab or TRL uses for a key other libraries spell ``key``, when it is valid here."""
-    name = ALIASES.get(key)
-    return name if name in valid else None
 
 
 def _reward_keys(c: Checking) -> list[Problem]:
