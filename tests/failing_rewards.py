@@ -13,3 +13,8 @@ def nan_reward(completions, **kwargs):
 def inf_reward(completions, **kwargs):
     """inf for every completion: GRPO's advantages (reward - mean) / std and then the loss become NaN."""
     return [float("inf")] * len(completions)
+
+
+def words(completions, **kwargs):
+    """A verdict in words, not a number: TRL cannot weigh it."""
+    return ["yes"] * len(completions)

@@ -17,12 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from grpo_lab import interrupts
 from grpo_lab.launch.processes import alive, descendants
 from wandb_files import find_runs, read_run
 
-from conftest import DDP, FAST, cli_env, load_study, run_cli, trials_if_ready
+from conftest import DDP, FAST, cli_env, compose, load_study, run_cli, trials_if_ready
 
 CLI = [sys.executable, "-m", "grpo_lab"]
 LONG = [*FAST, "max_steps=500"]  # long enough that the signal always lands mid-training
@@ -169,11 +170,14 @@ def test_resume_without_a_folder_or_a_checkpoint_fails_in_one_line(tmp_path, mod
     assert proc.returncode == 1 and f"resume={tmp_path / 'nope'}: no such run folder." in proc.stderr
     (tmp_path / "run").mkdir()
     proc = run_cli([*FAST, f"resume={tmp_path / 'run'}"], tmp_path, model_cache, timeout=120)
+    assert proc.returncode == 1 and "not a run folder (it has neither job.json nor config.yaml)" in proc.stderr
+    # A folder of an earlier release (config.yaml, no job.json) without checkpoints.
+    OmegaConf.save(compose(["experiment=smoke"]), tmp_path / "run" / "config.yaml", resolve=True)
+    proc = run_cli([*FAST, f"resume={tmp_path / 'run'}"], tmp_path, model_cache, timeout=120)
     assert proc.returncode == 1, proc.stderr[-3000:]
-    expected = (
-        f"no checkpoint in {tmp_path / 'run' / 'trainer'}: run with trainer.save_strategy=steps trainer.save_steps=N"
-    )
+    expected = f"no checkpoint in {tmp_path / 'run' / 'trainer'} (a run keeps them with trainer.save_strategy=steps"
     assert expected in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["config.yaml"]  # nothing written there
 
 
 # ------------------------------------------------------------------------------ grid, sweep, processes
@@ -185,6 +189,49 @@ def test_ctrl_c_stops_a_grid_and_records_the_current_job(tmp_path, model_cache):
     (sweep_dir,) = tmp_path.glob("outputs/multirun/*/*")
     _assert_interrupted(sweep_dir / "0", "SIGINT")
     assert not (sweep_dir / "1").exists()  # the grid stopped: the second job never started
+
+
+@pytest.mark.parametrize(
+    ("launcher", "to_group"),
+    [
+        (["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], False),
+        (["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], True),
+        (["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"], False),
+    ],
+    ids=["joblib", "joblib-group", "submitit_local"],
+)
+def test_every_trial_in_a_worker_process_ends_recorded_after_ctrl_c(tmp_path, model_cache, launcher, to_group):
+    """A launcher that runs the trials in worker processes: the command sends the signal on and waits for them,
+    instead of unwinding at once (which ended the workers before they recorded their runs)."""
+    from optuna.trial import TrialState
+
+    args = ["-m", "sweep=lr_beta", *LONG, *launcher, "hydra.sweeper.n_jobs=2", "hydra.sweeper.n_trials=2"]
+    proc = _start(args, tmp_path, model_cache)
+    _wait_for(lambda: all(_training(f"outputs/sweeps/lr_beta/trial_{n}", tmp_path)() for n in (0, 1)), proc, tmp_path)
+    if to_group:  # a terminal's Ctrl-C reaches every process of the group
+        os.killpg(proc.pid, signal.SIGINT)
+    else:  # `kill -INT` of the command alone
+        proc.send_signal(signal.SIGINT)
+    assert _finish(proc, tmp_path) == 130, _output(tmp_path)
+    assert "Traceback" not in (tmp_path / "cli.err").read_text().split("Stopped by")[-1]
+    for number in (0, 1):
+        run_dir = tmp_path / "outputs" / "sweeps" / "lr_beta" / f"trial_{number}"
+        _assert_interrupted(run_dir, "SIGINT")
+        assert _wandb_exit(run_dir)[1:] == ("failed", 130)  # its W&B run closed
+    trials = load_study(tmp_path, "lr_beta").trials
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL]
+    assert all(t.user_attrs["error"].startswith("interrupted by SIGINT at step") for t in trials)
+
+
+def test_every_job_of_a_joblib_grid_ends_recorded_after_ctrl_c(tmp_path, model_cache):
+    args = ["-m", *LONG, "lr=1e-5,2e-5", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=grid"]
+    proc = _start(args, tmp_path, model_cache)
+    _wait_for(lambda: all(_training(f"grid/{n}", tmp_path)() for n in (0, 1)), proc, tmp_path)
+    proc.send_signal(signal.SIGINT)
+    assert _finish(proc, tmp_path) == 130, _output(tmp_path)
+    for number in (0, 1):
+        _assert_interrupted(tmp_path / "grid" / str(number), "SIGINT")
+        assert _wandb_exit(tmp_path / "grid" / str(number))[1:] == ("failed", 130)
 
 
 def test_ctrl_c_fails_the_running_trial_and_the_same_command_resumes_the_sweep(tmp_path, model_cache):

@@ -266,18 +266,33 @@ def test_a_group_only_a_config_dir_has_is_selected_not_set(tmp_path):
     assert prepare_overrides(["curriculum=short"])[0] == ["++curriculum=short"]  # without it: a value
 
 
-def test_cli_resume_runs_in_the_resumed_folder(tmp_path):
-    from grpo_lab.cli import resume_run_dir
+def test_the_command_line_is_checked_before_hydra_writes_anything(tmp_path):
+    from grpo_lab import command
+    from grpo_lab.cli import prepare_overrides
+    from grpo_lab.errors import ConfigError
 
-    run = tmp_path / "my run"
-    run.mkdir()
-    assert resume_run_dir(["++resume=" + ov.render_value(str(run))]) == [
-        "++resume=" + ov.render_value(str(run)),
-        ov.render("hydra.run.dir", str(run)),
-    ]
-    for args in (["++resume=null"], [f"++resume={tmp_path}/none"], ["-m", f"++resume={run}"]):
-        assert resume_run_dir(args) == args
-    assert resume_run_dir([f"++resume={tmp_path}", "hydra.run.dir=elsewhere"])[-1] == "hydra.run.dir=elsewhere"
+    def checked(*args: str) -> list[str]:
+        prepared = prepare_overrides(list(args))[0]
+        return command.checked(prepared, [i for i, a in enumerate(prepared) if "=" in a and not a.startswith("-")])
+
+    assert checked("lr=1e-5") == ["++lr=1e-5"]  # nothing to check: as prepared
+    assert checked("-m", "lr=1e-5,2e-5", f"hydra.sweep.dir={tmp_path / 'new'}")[0] == "-m"
+    full = tmp_path / "full"
+    (full / "0").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="holds a multirun already"):
+        checked("-m", "lr=1e-5,2e-5", f"hydra.sweep.dir={full}")
+    with pytest.raises(ConfigError, match="holds a run already"):
+        checked("lr=1e-5", f"hydra.run.dir={full}")
+    assert checked("lr=1e-5", "hydra.run.dir=outputs/${now:%H}")[-1] == "hydra.run.dir=outputs/${now:%H}"
+    with pytest.raises(ConfigError, match="`sweep=lr_beta` is an Optuna sweep, which runs with -m"):
+        checked("sweep=lr_beta", "experiment=smoke")
+    with pytest.raises(ConfigError, match="no such run folder"):
+        checked(f"resume={tmp_path / 'none'}")
+    with pytest.raises(ConfigError, match="takes no -m"):
+        checked("-m", f"resume={full}")
+    with pytest.raises(ConfigError, match="is the folder of a grid or a sweep"):
+        (full / "multirun.yaml").write_text("{}")
+        checked(f"resume={full}")
 
 
 def test_sweep_space_and_rerun_command_round_trip():

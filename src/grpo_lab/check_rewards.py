@@ -46,9 +46,15 @@ def check(cfg: DictConfig, *, prompts: int, verbose: bool) -> None:
         sys.exit(2)
 
 
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--prompts takes a number of prompts, 1 or more, not {text!r}")
+    return int(text)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--prompts", type=int, default=8)  # training prompts sampled
+    parser = argparse.ArgumentParser(prog="python -m grpo_lab.check_rewards", add_help=False, allow_abbrev=False)
+    parser.add_argument("--prompts", type=_count, default=8)  # training prompts sampled
     options, args = parse_flags(sys.argv[1:], parser)
 
     @hydra_app

@@ -123,14 +123,12 @@ def _override_positions(args: list[str]) -> list[int]:
     return positions
 
 
-def resume_run_dir(args: list[str]) -> list[str]:
-    """`resume=<run folder>` of a single run: Hydra's run dir becomes that folder, so that continuing a run
-    does not leave a second, empty run folder behind (unless the user set `hydra.run.dir` themselves)."""
-    given = ov.as_dict(args[i] for i in _override_positions(args))
-    resume = given.get("resume")
-    if "-m" in args or "--multirun" in args or "hydra.run.dir" in given or resume in (None, "", "None"):
-        return args
-    return [*args, ov.render("hydra.run.dir", str(resume))] if Path(str(resume)).is_dir() else args
+def checked_command(args: list[str]) -> list[str]:
+    """The prepared command line as Hydra gets it, after grpo_lab.command's checks (nothing written before them):
+    with `resume=<run folder>`, composed in that folder without a copy of the config there."""
+    from grpo_lab import command
+
+    return command.checked(args, _override_positions(args))
 
 
 def run_hydra(app: Callable[[], Any], args: list[str]) -> None:
@@ -166,9 +164,16 @@ def training_app(*, verbose: bool, swept: tuple[str, ...]) -> Callable[[], Any]:
     The options travel inside the task function, so that jobs in other processes (the joblib or submitit
     launchers pickle it) get them too."""
 
+    command = os.getpid()
+
     @hydra_app
     def task(cfg: DictConfig) -> Any:
-        return run_job(cfg, verbose=verbose, swept=swept)
+        try:
+            return run_job(cfg, verbose=verbose, swept=swept)
+        except KeyboardInterrupt as e:
+            if os.getpid() == command:  # the job ran in this command's process: the command stops
+                raise
+            raise interrupts.JobInterrupted(interrupts.signal_of(e) or 2) from None  # a worker's job: its result
 
     return task
 
@@ -191,11 +196,18 @@ def run_job(cfg: DictConfig, *, verbose: bool, swept: tuple[str, ...]) -> Any:
         if multirun:
             if line is not None:
                 log.error("%s", line)
+                _record_refusal(cfg, swept, line)
             raise
         if line is None or verbose:  # a bug (or asked for): the traceback, secrets masked by the log filter
             log.error("%s: %s", type(e).__name__, line or e, exc_info=e)
         else:
             log.error("%s", line)
+        if line is not None and cfg.get("resume") is None:  # refused: no folder of a run that never started
+            from hydra.core.hydra_config import HydraConfig
+
+            from grpo_lab.run.folder import RunFolder
+
+            RunFolder(Path(HydraConfig.get().runtime.output_dir)).remove_if_unstarted()
         sys.exit(1)
     finally:
         if multirun:  # the next job runs in this process: a job that failed before its model loaded resumes here
@@ -214,6 +226,21 @@ def run_job(cfg: DictConfig, *, verbose: bool, swept: tuple[str, ...]) -> Any:
     return ObjectiveValue(result.objective, result.metrics)
 
 
+def _record_refusal(cfg: DictConfig, swept: tuple[str, ...], line: str) -> None:
+    """A grid's or a sweep's job refused before it started: its folder says why (the leaderboard shows it)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from grpo_lab.run.folder import RunFolder
+
+    folder = RunFolder(Path(HydraConfig.get().runtime.output_dir))
+    try:
+        name = _job_identity(cfg, swept)[0]
+        metric = str(cfg.objective.metric)
+    except Exception:  # the config that was refused may not even say these
+        name, metric = folder.path.name, ""
+    folder.record_refused(name, metric, line)
+
+
 def _job(cfg: DictConfig, *, multirun: bool, swept: tuple[str, ...]) -> tuple[Any, Any]:
     """The job's spec (every rule passed, before W&B or a model) and its RunResult, trained in this process or in
     `accelerate launch` children."""
@@ -228,11 +255,14 @@ def _job(cfg: DictConfig, *, multirun: bool, swept: tuple[str, ...]) -> tuple[An
         from grpo_lab.launch.processes import run_children
 
         machines = machines_mod.resolve(spec.run.launcher, os.environ)
+        if machines.machine_rank == 0:  # the others may share machine 0's folder (Slurm, submitit)
+            _check_new_folder(spec)
         slot = HydraConfig.get().job.get("num", 0) if multirun else 0
         startup.resume()  # this process only waits for its children, which load the model
         return spec, run_children(spec, machines, slot=int(slot or 0), env=dict(os.environ))
     from grpo_lab.run.train import run
 
+    _check_new_folder(spec)
     return spec, run(spec)
 
 
@@ -247,13 +277,14 @@ def _spec(run: Any, cfg: DictConfig, swept: tuple[str, ...]) -> Any:
 
     name, group, overrides = _job_identity(cfg, swept)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    if run.resume is not None:  # no such folder or no checkpoint: one line in a second, before TRL loads
-        from grpo_lab.run.resume import find_resume
+    if run.resume is not None:  # the run's own spec, with what the command line may change (checked before Hydra)
+        from grpo_lab.run.resume import resumed_spec
 
-        point = find_resume(run.resume)
-        if point.run_dir != run_dir:
-            log.info("Resuming into %s (Hydra's own folder for this job is %s).", point.run_dir, run_dir)
-        run_dir, name = point.run_dir, point.previous.get("run_name") or name
+        spec, _ = resumed_spec(run.resume, overrides, cache_dir())
+        run, run_dir, name, group, overrides = spec.run, spec.run_dir, spec.run_name, spec.group, list(spec.overrides)
+        resolved = dict(spec.resolved_config)
+    else:
+        resolved = OmegaConf.to_container(cfg, resolve=True)
     return config_mod.build_job(
         run,
         given={ov.key(o) for o in overrides},
@@ -263,9 +294,23 @@ def _spec(run: Any, cfg: DictConfig, swept: tuple[str, ...]) -> Any:
         run_name=name,
         group=group,
         overrides=tuple(overrides),
-        resolved_config=OmegaConf.to_container(cfg, resolve=True),
+        resolved_config=resolved,
         cache_dir=cache_dir(),
     )
+
+
+def _check_new_folder(spec: Any) -> None:
+    """A new job never writes into a folder that holds a run (a `hydra.run.dir` or a preset's fixed folder that
+    grpo_lab.command could not see before Hydra resolved it); a resumed one continues its own."""
+    from grpo_lab.errors import ConfigError
+    from grpo_lab.run.folder import RunFolder
+
+    folder, run_dir = RunFolder(spec.run_dir), spec.run_dir
+    if spec.run.resume is None and (folder.job_file.exists() or folder.metrics_file.exists()):
+        raise ConfigError(
+            f"{run_dir} holds a run already, which this one would overwrite: give the job a new folder "
+            f"(hydra.run.dir / hydra.sweep.dir), or resume={run_dir} to continue that run."
+        )
 
 
 def _job_identity(cfg: DictConfig, swept: tuple[str, ...]) -> tuple[str, str | None, list[str]]:
@@ -339,7 +384,15 @@ def main() -> None:
             print(text)
             return
         with interrupts.handling():  # SIGTERM raises like Ctrl-C; both end the run recorded as interrupted
-            run_hydra(training_app(verbose=options.verbose, swept=tuple(swept)), resume_run_dir(args))
+            try:
+                run_hydra(training_app(verbose=options.verbose, swept=tuple(swept)), checked_command(args))
+            except Exception as e:  # a launcher's own error for a job stopped by the signal sent on to it
+                if (signum := interrupts.received()) is None:
+                    raise
+                raise interrupts.Interrupted(signum) from e
+            finally:
+                interrupts.forward_to_children(False)
+            interrupts.raise_if_received()  # a signal sent on to a multirun's workers, whose jobs all returned
     except KeyboardInterrupt as e:
         code = interrupts.exit_code_for(e)
         sys.stderr.write(f"Stopped by {interrupts.signal_name(interrupts.signal_of(e) or 2)} (exit {code}).\n")
@@ -368,6 +421,16 @@ def side_command(app: Callable[[], Any], args: list[str], run_dir: str, *, verbo
     """Run a `@hydra_app` other than training (check_rewards, doctor) on the run's own overrides `args`, composed
     and validated exactly as `python -m grpo_lab` would, with its folder at `run_dir` and errors in one line."""
     try:
+        if multirun := next((a for a in args if a in ("-m", "--multirun")), None):
+            from grpo_lab.errors import ConfigError
+
+            script = Path(sys.argv[0])  # .../grpo_lab/check_rewards.py, .../grpo_lab/doctor/__main__.py
+            command = f"{script.parent.parent.name}.{script.parent.name}" if script.stem == "__main__" else ""
+            command = command or f"{script.parent.name}.{script.stem}"
+            raise ConfigError(
+                f"{multirun}: {command} checks one run's config, not a grid or a sweep: drop {multirun} and give one "
+                "value per key (the overrides of the run to check)."
+            )
         prepared, _ = prepare_overrides(args)
         run_hydra(app, [*prepared, f"hydra.run.dir={run_dir}"])
     except Exception as e:

@@ -26,9 +26,13 @@ class RunFolderError(GrpoLabError):
 
 def write_atomic(path: Path, text: str) -> None:
     """Write through a temporary file of this process and rename: a reader never sees half a file."""
+    write_atomic_bytes(path, text.encode("utf-8"))
+
+
+def write_atomic_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_bytes(data)
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)

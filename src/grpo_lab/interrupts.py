@@ -10,8 +10,9 @@ send) ends the process at once, without cleanup. While :func:`handling` is activ
 - a sweeper can tell an interrupted trial from a failed one (``isinstance(e, KeyboardInterrupt)``);
 - the CLI exits with :func:`exit_code_for`: 130 after Ctrl-C, 143 after SIGTERM.
 
-The first signal raises; a second one while the job is stopping only logs (the run is being recorded,
-and a launcher that forwards signals may send it twice); a third one ends the process at once.
+The first signal raises (or, while jobs run in worker processes, is sent on to them: :func:`forward_to_children`);
+a second one while the job is stopping only logs (the run is being recorded, and a launcher that forwards signals
+may send it twice); a third one ends the process at once.
 """
 
 from __future__ import annotations
@@ -51,6 +52,19 @@ class Interrupted(KeyboardInterrupt):
         return (Interrupted, (self.signum,))
 
 
+class JobInterrupted(Exception):
+    """A multirun job in a launcher's worker process (joblib, submitit) stopped by a signal, its run recorded:
+    raised as an Exception so that the launcher returns it as that job's result and keeps collecting the others'
+    (a KeyboardInterrupt escaping a joblib task makes joblib end every other worker at once)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = int(signum)
+        super().__init__(f"interrupted by {signal_name(self.signum)}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (JobInterrupted, (self.signum,))
+
+
 def signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name
@@ -62,7 +76,7 @@ def signal_of(exc: BaseException | None) -> int | None:
     """The signal behind `exc`: its own for an Interrupted, SIGINT for a plain KeyboardInterrupt, else the
     signal this process received before `exc` happened (e.g. a peer rank stopped first on the same
     signal and a collective failed), else None."""
-    if isinstance(exc, Interrupted):
+    if isinstance(exc, Interrupted | JobInterrupted):
         return exc.signum
     if isinstance(exc, KeyboardInterrupt):
         return int(signal.SIGINT)
@@ -81,6 +95,8 @@ _lock = threading.Lock()
 _depth = 0
 _previous: dict[int, Any] = {}
 _received: list[int] = []  # every signal handled, in order (only the first one raises)
+# While a launcher runs jobs in other processes: what the first signal does instead of raising (see forwarding).
+_forward: Any = None
 
 
 def received() -> int | None:
@@ -90,6 +106,10 @@ def received() -> int | None:
 
 def _handle(signum: int, frame: Any) -> None:
     _received.append(signum)
+    if len(_received) == 1 and _forward is not None:
+        log.warning("%s: stopping the jobs; each records its run before this command ends.", signal_name(signum))
+        _forward(signum)
+        return
     if len(_received) == 1:
         raise Interrupted(signum)
     if len(_received) == 2:
@@ -129,6 +149,28 @@ def handling() -> Iterator[None]:
                     signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
                 _previous.clear()
                 _received.clear()  # a signal of this (finished) scope must not explain a later error
+
+
+def forward_to_children(on: bool) -> None:
+    """While on, the first signal is sent on to this process's child processes instead of raising: a launcher
+    that runs jobs in worker processes (joblib, submitit) would otherwise end them, as it unwinds, before they
+    record their runs. The jobs stop, record and return; the caller then ends with :func:`raise_if_received`."""
+    global _forward
+    _forward = _signal_children if on else None
+
+
+def raise_if_received() -> None:
+    """Raise the first signal handled (and forwarded) as :class:`Interrupted`, if there was one."""
+    if _received:
+        raise Interrupted(_received[0])
+
+
+def _signal_children(signum: int) -> None:
+    import psutil
+
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            child.send_signal(signum)
 
 
 # --------------------------------------------------------------------------------- parent watchdog

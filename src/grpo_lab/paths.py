@@ -138,6 +138,8 @@ def cache_dir() -> Path:
 
 # A sweep's folder, <sweep_root>/<study>/: each trial's run folder (also its W&B run's name) and the best trial(s).
 BEST_FILE = "best.yaml"
+# In a sweep's folder: which study its trials belong to, and the command that continues it (grpo_lab.sweep.identity).
+STUDY_FILE = "study.json"
 
 
 def trial_name(number: int) -> str:

@@ -21,7 +21,7 @@ def main() -> None:
 
     from grpo_lab.cli import hydra_app, parse_flags, report, throwaway_side_command
 
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser = argparse.ArgumentParser(prog="python -m grpo_lab.vllm_server", add_help=False, allow_abbrev=False)
     parser.add_argument("--port", type=int, default=8000)
     options, overrides = parse_flags(sys.argv[1:], parser)
 

@@ -25,8 +25,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("source", help="a folder under outputs/, an Optuna storage URL, or a W&B entity/project")
     p.add_argument("--study", help="the Optuna study name (with a storage URL)")
     p.add_argument("--group", help="the W&B group (with entity/project)")
-    p.add_argument("--metric", default="eval_after/accuracy", help="objective for W&B groups (summary key)")
-    p.add_argument("--direction", default="maximize", choices=("maximize", "minimize"))
+    p.add_argument("--metric", default=None, help="objective for W&B groups (summary key; eval_after/accuracy)")
+    p.add_argument("--direction", default=None, choices=("maximize", "minimize"), help="for W&B groups (maximize)")
     p.add_argument("--export", metavar="NAME", help="write experiment/NAME.yaml into $GRPO_LAB_CONFIG (else ./conf)")
     p.add_argument("--trial", type=int, help="with --export: this trial (needed for several objectives)")
     p.add_argument("--force", action="store_true", help="with --export: replace an existing preset")
@@ -44,8 +44,22 @@ def load_source(args: argparse.Namespace) -> Source:
         if not args.group:
             raise SourceError(f"{args.source} is not a folder; for a W&B project add --group NAME.")
         out = Path("outputs") / "compare" / args.group
-        return from_wandb(args.source, args.group, args.metric, args.direction, out)
+        metric, direction = args.metric or "eval_after/accuracy", args.direction or "maximize"
+        return from_wandb(args.source, args.group, metric, direction, out)
+    _only_for_others(args)
     return from_folder(path)
+
+
+def _only_for_others(args: argparse.Namespace) -> None:
+    """A folder's (or a study's) runs rank by their own objective: a flag that would not change that is refused."""
+    given = [f"--{name}" for name in ("study", "metric", "direction") if getattr(args, name)]
+    if given:
+        raise SourceError(
+            f"{' '.join(given)}: for an Optuna storage (--study) or a W&B group (--metric, --direction); the runs of "
+            f"{args.source} rank by the objective they ran with."
+        )
+    if args.trial is not None and not args.export:
+        raise SourceError("--trial chooses the trial that --export NAME writes: give --export too.")
 
 
 def _offline_sync(source: Source) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +25,17 @@ from omegaconf import DictConfig
 
 log = logging.getLogger("grpo_lab")
 
-# The config of the multirun that started and has not printed its end yet (at most one per process); its
-# folder is read at the end, because a sweeper may move it in its setup (ours does: outputs/sweeps/<study>).
+# The config of the multirun that started and has not printed its end yet (at most one per process), and when it
+# started; its folder is read at the end, because a sweeper may move it in its setup (ours does:
+# outputs/sweeps/<study>).
 _pending: DictConfig | None = None
+_started = 0.0
 
 
 class Leaderboard(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        global _pending
-        _pending = config
+        global _pending, _started
+        _pending, _started = config, time.time()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         global _pending
@@ -45,8 +48,13 @@ def finish_failed() -> None:
     global _pending
     config, _pending = _pending, None
     folder = None if config is None else Path(str(config.hydra.sweep.dir))
-    if folder is not None and folder.is_dir():
+    # Only a multirun that ran a job: one that failed in its setup would show an earlier study's jobs there.
+    if folder is not None and folder.is_dir() and _new_jobs(folder):
         show(folder)
+
+
+def _new_jobs(folder: Path) -> bool:
+    return any(p.is_dir() and p.stat().st_mtime >= _started for p in folder.iterdir())
 
 
 def show(folder: Path) -> None:

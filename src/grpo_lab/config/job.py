@@ -38,7 +38,18 @@ def _container(cfg: Any) -> dict[str, Any]:
             key = str(getattr(e, "full_key", "") or k)
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__  # OmegaConf adds key lines
             raise fail(Problem(key, "rule", must=f"does not resolve: {first}")) from e
+    if unset := _mandatory(raw, ""):  # `???` in conf/: a value only the user can give (e.g. data=jsonl's path)
+        raise fail(
+            *(Problem(key, "rule", must=f"needs a value: give it on the command line, `{key}=...`") for key in unset)
+        )
     return raw
+
+
+def _mandatory(node: Any, prefix: str) -> list[str]:
+    """The dotted keys whose value is OmegaConf's MISSING (`???`)."""
+    if isinstance(node, dict):
+        return [k for key, value in node.items() for k in _mandatory(value, f"{prefix}{key}.")]
+    return [prefix[:-1]] if node == "???" else []
 
 
 def parse(cfg: Any) -> RunConfig:
@@ -51,6 +62,22 @@ def parse(cfg: Any) -> RunConfig:
         return RunConfig.model_validate(raw)
     except ValidationError as e:
         raise fail(*problems(e, RunConfig, aliases=alias)) from None
+
+
+def with_values(cfg: Any, values: Mapping[str, Any]) -> RunConfig:
+    """The settings of `cfg` (parsed settings, or a composed config as :func:`parse` takes it) with dotted keys set
+    as a command line would set them (`{"lr": 2e-5, "reward.functions.length.ideal_length": 40}`), checked by the
+    declarations."""
+    import json
+
+    raw = cfg.model_dump(mode="json") if isinstance(cfg, RunConfig) else _container(cfg)
+    for key, value in values.items():
+        node = raw
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = json.loads(json.dumps(value, default=str))
+    return parse(raw)
 
 
 def load(

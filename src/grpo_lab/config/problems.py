@@ -244,7 +244,8 @@ def problem(
         return Problem(where.key, "type", value, f"be {expected}", why)
     if kind in ("type", "range", "choice"):  # our own PydanticCustomError, its message says what is allowed
         return Problem(where.key, kind, value, error["msg"], why)
-    return Problem(where.key, "rule", value, error["msg"], why)
+    # A whole section's validator (its input the section's mapping): its message names the keys and values.
+    return Problem(where.key, "rule", UNSET if isinstance(value, dict) else value, error["msg"], why)
 
 
 def unknown_key(
@@ -303,4 +304,19 @@ def describe(error: BaseException) -> str | None:
     one line a command prints for a user or environment error (None: a bug, which keeps its traceback)."""
     if (problem := hydra_problem(error)) is not None:
         return render(problem)
+    if (line := _missing_option(error)) is not None:
+        return line
     return errors.describe(error)
+
+
+def _missing_option(error: BaseException) -> str | None:
+    """Hydra's "Could not find 'model/tinyy'" (with its search path) as the group's options and the nearest one."""
+    from hydra.errors import MissingConfigException
+
+    if not isinstance(error, MissingConfigException) or not error.options or not error.missing_cfg_file:
+        return None
+    group, _, option = str(error.missing_cfg_file).rpartition("/")
+    options = [o for o in error.options if not o.startswith("_")]  # `_base`: shared by the options, not one
+    near = nearest(option, options)
+    hint = f" Did you mean `{group}={near}`?" if near else ""
+    return f"`{group}={option}`: no such option.{hint} The options of `{group}`: {', '.join(options)}."

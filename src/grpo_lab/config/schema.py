@@ -204,7 +204,11 @@ class EvalConfig(_Schema):
     @model_validator(mode="after")
     def _k_within_samples(self) -> EvalConfig:
         if self.samples is not None and any(k > self.samples for k in self.pass_k):
-            raise PydanticCustomError("pass_k", "every k of `eval.pass_k` must be <= `eval.samples`")
+            raise PydanticCustomError(
+                "pass_k",
+                f"every k of `eval.pass_k` ({', '.join(map(str, self.pass_k))}) must be at most `eval.samples` "
+                f"({self.samples}): pass@k needs k of the item's samples",
+            )
         return self
 
 

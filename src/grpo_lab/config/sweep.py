@@ -104,7 +104,8 @@ def check(settings: Any) -> SweeperSettings:
         names = {f.name for f in fields(SweeperSettings)} - {"defaults"}
         typed = SweeperSettings(**{k: v for k, v in raw.items() if k in names})
         typed.confirm = ConfirmSettings(**typed.confirm) if isinstance(typed.confirm, dict) else typed.confirm
-    if found := _out_of_bounds(typed, "hydra.sweeper") + _objective_problems(typed.objectives):
+    found = _out_of_bounds(typed, "hydra.sweeper") + _objective_problems(typed.objectives)
+    if found := found + _study_name_problems(typed.study_name) + _seed_problems(typed.sampler):
         raise fail(*found)
     return typed
 
@@ -130,6 +131,25 @@ def _out_of_bounds(settings: Any, prefix: str) -> list[Any]:
         if "min_len" in limit and hasattr(value, "__len__") and len(value) < limit["min_len"]:
             found.append(Problem(key, "range", value, f"hold at least {limit['min_len']}", limit["help"]))
     return found
+
+
+def _study_name_problems(name: Any) -> list[Any]:
+    """The study's name is its folder's (<sweep_root>/<study_name>): one folder, inside sweep_root."""
+    from grpo_lab.config.problems import Problem
+
+    if isinstance(name, str) and name and ("/" in name or "\\" in name or name in (".", "..")):
+        must = "must be a folder name (no `/`, not `.` or `..`): its trials go in <sweep_root>/<study_name>"
+        return [Problem("hydra.sweeper.study_name", "rule", name, must)]
+    return []
+
+
+def _seed_problems(sampler: Any) -> list[Any]:
+    from grpo_lab.config.problems import Problem
+
+    seed = sampler.get("seed") if isinstance(sampler, dict) else None
+    if seed is None or (isinstance(seed, int) and not isinstance(seed, bool)):
+        return []
+    return [Problem("hydra.sweeper.sampler.seed", "type", seed, "be an integer or null (each worker adds its number)")]
 
 
 def _objective_problems(objectives: Any) -> list[Any]:

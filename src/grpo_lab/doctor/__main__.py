@@ -39,7 +39,7 @@ def _seconds(text: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser = argparse.ArgumentParser(prog="python -m grpo_lab.doctor", add_help=False, allow_abbrev=False)
     parser.add_argument("--json", action="store_true")
     # a job across machines: how long each machine's doctor waits for the others (start it on each meanwhile)
     parser.add_argument("--wait", type=_seconds, default=WAIT_S, metavar="SECONDS")

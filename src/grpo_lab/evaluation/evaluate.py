@@ -199,15 +199,35 @@ def _sample_pass_k(
     texts = [text for batch in batches for text, _ in batch]
     repeated = [i for i in items for _ in range(n)]
     graded = _grade(graders, repeated, texts, [p for p in prompts for _ in range(n)], data_columns)
-    names, first = [g.name for g in graders], graders[0].name
-    out: dict[str, list[float]] = {pass_k_name(first, k, names): [] for k in cfg.pass_k}
+    names = [g.name for g in graders]
     for j, sample in enumerate(samples):
         own = graded[j * n : (j + 1) * n]
         sample["sampled"] = {g: None if own[0][g] is None else sum(s[g] or 0 for s in own) for g in names}
-        if sample["sampled"][first] is not None:
-            for k in cfg.pass_k:
-                out[pass_k_name(first, k, names)].append(pass_at_k(n, sample["sampled"][first], k))
+    return _pass_k(samples, names, n, cfg.pass_k)
+
+
+def _pass_k(samples: list[dict[str, Any]], names: list[str], n: int, ks: Sequence[int]) -> dict[str, list[float]]:
+    """The first grader's pass@k estimates per item, from each sample's `sampled` passes out of `n`."""
+    first = names[0]
+    out: dict[str, list[float]] = {pass_k_name(first, k, names): [] for k in ks}
+    for sample in samples:
+        passed = (sample.get("sampled") or {}).get(first)
+        if passed is not None:
+            for k in ks:
+                out[pass_k_name(first, k, names)].append(pass_at_k(n, passed, k))
     return out
+
+
+def read_back(samples: list[dict[str, Any]], names: list[str], mean_length: float, cfg: EvalConfig) -> EvalResult:
+    """An evaluation as its `<name>.jsonl` recorded it (graded samples), for the paired change of a resumed run."""
+    sampled = bool(cfg.samples) and bool(names) and any("sampled" in s for s in samples)
+    return EvalResult(
+        shares={name: _share([s.get(name) for s in samples]) for name in names},
+        num_samples=len(samples),
+        mean_length=mean_length,
+        samples=samples,
+        pass_k=_pass_k(samples, names, cfg.samples, cfg.pass_k) if sampled else {},
+    )
 
 
 def _grade(

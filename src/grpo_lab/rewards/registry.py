@@ -7,6 +7,7 @@ config name there, so ``rewards/<name>/mean`` uses the name the user chose, not 
 from __future__ import annotations
 
 import importlib
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,13 @@ BUILTIN_REWARDS: dict[str, str] = {
 def _nearest(name: str, candidates: Sequence[str]) -> str:
     close = nearest(name, candidates)
     return f"; did you mean `{close}`?" if close else ""
+
+
+def _is_score(value: Any) -> bool:
+    """A number TRL can weigh (a Python or numpy number, a 0-d tensor), or None."""
+    if value is None or isinstance(value, numbers.Real):
+        return True
+    return getattr(value, "ndim", None) == 0 and getattr(getattr(value, "dtype", None), "is_complex", False) is False
 
 
 class NamedReward:
@@ -70,6 +78,13 @@ class NamedReward:
             raise RewardError(
                 f"Reward `{self.__name__}` ({_describe(self.func)}) must return a list with one score per "
                 f"completion ({len(completions)}), got {got}"
+            )
+        if bad := next(((i, s) for i, s in enumerate(scores) if not _is_score(s)), None):
+            i, score = bad
+            raise RewardError(
+                f"Reward `{self.__name__}` ({_describe(self.func)}) must return numbers (None: no score for that "
+                f"completion), got {repr(score)[:80]} ({type(score).__name__}) for completion #{i}: "
+                f"{_completion_text(completions[i])!r}"
             )
         return list(scores)
 

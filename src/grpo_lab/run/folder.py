@@ -96,6 +96,33 @@ class RunFolder:
         """eval_before, eval_after (graded completions) or eval_periodic (one row per evaluation)."""
         return self.path / f"{name}.jsonl"
 
+    # The files that record the run (not its checkpoints, model or logs): what a resume attempt that ends before
+    # training a step puts back as they were.
+    RECORD = (
+        "config.yaml",
+        "job.json",
+        "overrides.yaml",
+        "environment.json",
+        "history.jsonl",
+        "metrics.json",
+        "summary.txt",
+        "eval_before.jsonl",
+        "eval_after.jsonl",
+        "eval_periodic.jsonl",
+    )
+
+    def snapshot(self) -> dict[str, bytes | None]:
+        """The record files' contents (None: absent), for :meth:`restore`."""
+        return {name: (self.path / name).read_bytes() if (self.path / name).is_file() else None for name in self.RECORD}
+
+    def restore(self, snapshot: dict[str, bytes | None]) -> None:
+        for name, data in snapshot.items():
+            path = self.path / name
+            if data is None:
+                path.unlink(missing_ok=True)
+            elif not path.is_file() or path.read_bytes() != data:
+                files.write_atomic_bytes(path, data)
+
     # ------------------------------------------------------------------------------------------ writing
     def write_start(self, resolved_config: dict[str, Any], overrides: list[str]) -> None:
         """config.yaml, overrides.yaml and environment.json: what a job writes as it starts."""
@@ -144,6 +171,32 @@ class RunFolder:
             self.write_metrics(result, interrupted={"signal": how, "step": step})
         else:
             self.write_metrics(result, error=error, failed={"step": step})
+
+    def remove_if_unstarted(self) -> None:
+        """Remove a run folder that holds nothing but Hydra's copies of the config and the job's log (a refused
+        command's), so that `compare` shows no run that never started."""
+        import shutil
+
+        entries = list(self.path.iterdir()) if self.path.is_dir() else []
+        if entries and all(e.name == ".hydra" or (e.is_file() and e.suffix == ".log") for e in entries):
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def record_refused(self, run_name: str, objective_metric: str, error: str) -> None:
+        """metrics.json for a job of a grid or a sweep refused before it started (its settings broke a rule), so
+        that its row says why; never over a record that is there."""
+        if self.metrics_file.exists() or self.job_file.exists():
+            return
+        result = RunResult(
+            status="failed",
+            objective=float("nan"),
+            objective_metric=objective_metric,
+            metrics={},
+            run_dir=self.path,
+            run_name=run_name,
+            tracker=TrackerInfo(mode="disabled"),
+            error=error,
+        )
+        self.write_metrics(result, error=error, refused=True)
 
     def append_history(self, row: dict[str, Any]) -> None:
         files.append_jsonl(self.history_file, row)

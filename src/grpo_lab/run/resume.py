@@ -1,13 +1,29 @@
-"""`resume=<run folder>`: where an interrupted run continues (its last complete checkpoint, its W&B run)."""
+"""`resume=<run folder>`: the same run, continued from its last complete checkpoint with its own settings.
+
+A run folder keeps the job spec it ran (job.json; config.yaml in folders of earlier releases). Resuming reads it
+back, so the run's overrides need not be typed again and cannot be mistyped: the command line may change only what
+continuing the same run can change (:data:`MAY_CHANGE`: `max_steps`, the launcher, W&B's mode). Everything
+here is decided before Hydra composes or writes anything, so a refused command leaves the folder as it was.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_lab.config import JobSpec, RunConfig
+from grpo_lab.config import overrides as ov
 from grpo_lab.errors import ConfigError
+from grpo_lab.paths import STUDY_FILE
 from grpo_lab.run.folder import RunFolder
+
+# What a resume command may change (docs/reliability.md): how far the run trains (max_steps, beyond its last
+# checkpoint; a finished run's only upward), how it is launched, and whether W&B is reached online. Anything else
+# would make it another run.
+MAY_CHANGE = ("max_steps", "launcher.*", "logger.mode")
+_SHOWN = "max_steps (beyond the last checkpoint), launcher.* and logger.mode"
 
 
 @dataclass(frozen=True)
@@ -21,7 +37,7 @@ class Resume:
     previous: dict[str, Any]  # the folder's metrics.json, {} when the run left none (e.g. killed)
 
 
-def find_resume(folder: str) -> Resume:
+def find_resume(folder: str | Path) -> Resume:
     """The last complete `trainer/checkpoint-N` of a run folder; a one-line ConfigError if there is none."""
     run = RunFolder(Path(folder).expanduser().resolve())
     if not run.path.is_dir():
@@ -29,8 +45,159 @@ def find_resume(folder: str) -> Resume:
     found = run.last_checkpoint()
     if found is None:
         raise ConfigError(
-            f"no checkpoint in {run.trainer_dir}: run with trainer.save_strategy=steps trainer.save_steps=N"
+            f"resume={folder}: no checkpoint in {run.trainer_dir} (a run keeps them with trainer.save_strategy=steps "
+            "trainer.save_steps=N): it can only be run again, not continued."
         )
     step, checkpoint = found
     previous = run.read_metrics() or {}
     return Resume(run.path, checkpoint, step, run.wandb_run_id(previous), previous)
+
+
+def may_change(key: str) -> bool:
+    return key in ("max_steps", "logger.mode") or key.startswith("launcher.")
+
+
+# ------------------------------------------------------------------------------------------- the spec
+def saved_spec(folder: RunFolder) -> JobSpec:
+    """The job spec a run folder ran: its job.json, or, for a folder of an earlier release, one rebuilt from its
+    config.yaml, overrides.yaml and metrics.json."""
+    from grpo_lab.config import job
+
+    if folder.job_file.is_file():
+        return JobSpec.from_json(json.loads(folder.job_file.read_text()))
+    config = folder.read_config()
+    if config is None:
+        raise ConfigError(f"resume={folder.path}: not a run folder (it has neither job.json nor config.yaml).")
+    previous = folder.read_metrics() or {}
+    return JobSpec(
+        run=job.parse(config),
+        run_dir=folder.path,
+        output_dir=folder.trainer_dir,
+        run_name=previous.get("run_name") or folder.path.name,
+        group=(previous.get("tracker") or {}).get("group"),
+        overrides=tuple(folder.read_overrides()),
+        resolved_config=config,
+        cache_dir=Path(),
+    )
+
+
+def resumed_spec(folder: str | Path, given: list[str], cache_dir: Path) -> tuple[JobSpec, Resume]:
+    """The spec that continues the run in `folder` with the overrides `given` on the command line (as typed or as
+    grpo_lab normalised them), and where it continues; every refusal is one ConfigError line."""
+    run_folder = RunFolder(Path(folder).expanduser().resolve())
+    _check_one_run(run_folder, folder)
+    spec = saved_spec(run_folder)
+    if (trial := spec.run.trial) is not None:
+        raise ConfigError(
+            f"resume={folder}: this is trial {trial.number} of the sweep study {trial.study!r}, and a trial resumes "
+            f"only through its sweep (its study records its value): run the sweep's command again, "
+            f"{_sweep_command(run_folder)}."
+        )
+    point = find_resume(folder)
+    changes = _changes(spec, given, str(folder))
+    run = _updated(spec.run, changes)
+    _check_length(point, spec.run.max_steps, run.max_steps, str(folder))
+    config = _set_keys(dict(spec.resolved_config), changes | {"resume": str(point.run_dir)})
+    kept = [o for o in spec.overrides if ov.key(o) not in ("max_steps", "resume")]
+    rerun = [*kept, f"max_steps={run.max_steps}"] if run.max_steps != spec.run.max_steps else list(spec.overrides)
+    resumed = JobSpec(
+        run=run.model_copy(update={"resume": str(point.run_dir)}),
+        run_dir=point.run_dir,
+        output_dir=run_folder.trainer_dir,
+        run_name=spec.run_name,
+        group=spec.group,
+        overrides=tuple(rerun),
+        resolved_config=config,
+        cache_dir=cache_dir,
+        extra_tags=spec.extra_tags,
+    )
+    return resumed, point
+
+
+def _check_one_run(folder: RunFolder, given: str) -> None:
+    if not folder.path.is_dir():
+        raise ConfigError(f"resume={given}: no such run folder.")
+    if (folder.path / "multirun.yaml").is_file() or any(folder.path.glob("*/metrics.json")):
+        raise ConfigError(
+            f"resume={given} is the folder of a grid or a sweep, not of one run: resume one of its runs "
+            f"(resume={given}/<job>), or run a sweep's command again to continue the sweep."
+        )
+
+
+def _sweep_command(trial_folder: RunFolder) -> str:
+    """The command that continues the trial's sweep, as its study folder recorded it (grpo_lab.sweep.identity)."""
+    try:
+        found = json.loads((trial_folder.path.parent / STUDY_FILE).read_text()).get("command")
+    except (OSError, ValueError, AttributeError):
+        found = None
+    return f"`{found}`" if found else "`python -m grpo_lab -m <the sweep's overrides>`"
+
+
+def _changes(spec: JobSpec, given: list[str], folder: str) -> dict[str, Any]:
+    """{key: value} of the command line's overrides that change the run; an override repeating one the run was
+    started with is no change. Anything else is refused, naming what the run has."""
+    own = {ov.as_typed(o) for o in spec.overrides}
+    changes: dict[str, Any] = {}
+    for text in given:
+        override = ov.parse(text)
+        key = override.key_or_group
+        if key == "resume" or ov.as_typed(text) in own:
+            continue
+        if key == "hydra.run.dir":
+            raise ConfigError(f"`{ov.as_typed(text)}`: a resumed run stays in its own folder ({folder}).")
+        if override.is_hydra_override() or key.startswith("hydra/"):
+            continue  # Hydra's own settings (verbosity, logging) do not change the run
+        if not may_change(key) or override.value_type is None or override.is_sweep_override():
+            was = _lookup(spec.resolved_config, key)
+            raise ConfigError(
+                f"`{ov.as_typed(text)}`: resume={folder} continues the run with its own settings "
+                f"({key} {'was ' + json.dumps(was) if was is not _MISSING else 'was not set'}); a resume may change "
+                f"only {_SHOWN}. To train other settings, start a new run."
+            )
+        changes[key] = override.value()
+    return changes
+
+
+_MISSING = object()
+
+
+def _lookup(config: Any, key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(config, dict) or part not in config:
+            return _MISSING
+        config = config[part]
+    return config
+
+
+def _set_keys(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the nested mapping `config` with dotted `values` set."""
+    out = json.loads(json.dumps(config, default=str))
+    for key, value in values.items():
+        node = out
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
+def _updated(run: RunConfig, changes: dict[str, Any]) -> RunConfig:
+    """The run's settings with the allowed changes, checked by their declarations."""
+    from grpo_lab.config import job
+
+    return job.with_values(run, changes) if changes else run
+
+
+def _check_length(point: Resume, before: int, after: int, folder: str) -> None:
+    """A resume trains on from its checkpoint to max_steps (an interrupted run may stop earlier than it was to: the
+    learning-rate schedule follows the new length); a finished run only to a larger max_steps."""
+    if point.previous.get("status") == "finished" and after <= before:
+        raise ConfigError(
+            f"resume={folder}: the run finished its max_steps={before} steps; to train on, resume with a larger "
+            f"max_steps (e.g. max_steps={2 * before})."
+        )
+    if point.step >= after:
+        raise ConfigError(
+            f"resume={folder}: its last checkpoint is at step {point.step}, so max_steps={after} leaves nothing to "
+            f"train; give max_steps above {point.step}."
+        )

@@ -20,6 +20,23 @@ GRPC_PREFIX = "grpc://"
 _PROXY_WAIT_S = 10.0
 
 
+def check_url(url: str) -> None:
+    """Refuse, in one line, a storage that is not a URL Optuna opens, or a database private to one process."""
+    if url.startswith((JOURNAL_PREFIX, GRPC_PREFIX)):
+        return
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ConfigError(
+            f"hydra.sweeper.storage={redact(url)}: not a storage URL. A SQLite file is `sqlite:///{redact(url)}`, a "
+            f"journal file `journal:{redact(url)}`, a database `postgresql+psycopg2://USER:PASSWORD@HOST/DB`."
+        )
+    if scheme.split("+")[0] == "sqlite" and rest.strip("/") in ("", ":memory:"):
+        raise ConfigError(
+            f"hydra.sweeper.storage={redact(url)}: an in-memory SQLite database lives in one process, and each "
+            "trial's job opens the study again: give a file, e.g. sqlite:///outputs/optuna.db."
+        )
+
+
 def grpc_address(url: str) -> tuple[str, int] | None:
     """(host, port) of a `grpc://host:port` storage URL; None for any other URL."""
     if not url.startswith(GRPC_PREFIX):

@@ -76,6 +76,7 @@ class Tracker:
         self.info = TrackerInfo(mode=self.mode)
         self._run: Any = None
         self.fell_back = False  # online was asked for, the host was unreachable: recorded offline
+        self._links: dict[str, str] = {}  # the W&B folder's links before this run started (see discard)
 
     @property
     def report_to(self) -> list[str]:
@@ -90,6 +91,7 @@ class Tracker:
             import wandb
 
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._links = _links(self.run_dir / "wandb")  # W&B repoints latest-run and its debug logs at a new run
             run_id = resume_id or uuid.uuid4().hex[:8]  # ours, so that an offline retry keeps it
             started = time.monotonic()
             earlier = set((self.run_dir / "wandb").glob(f"run-*-{run_id}"))  # a resumed run's online folders
@@ -202,11 +204,28 @@ class Tracker:
         except Exception as e:
             log.warning("W&B could not finish cleanly (%s); the local files are kept in %s", e, self.info.run_path)
 
+    def discard(self) -> None:
+        """Close the run and remove this attempt's local W&B files (a resume attempt that trained nothing): the
+        folder's W&B files are as they were. An online run's server copy keeps the attempt, as W&B keeps any."""
+        self.finish(failed=False)
+        wandb_dir = self.run_dir / "wandb"
+        if self.info.run_path and Path(self.info.run_path).parent == wandb_dir:
+            shutil.rmtree(self.info.run_path, ignore_errors=True)
+            for name in set(_links(wandb_dir)) | set(self._links):
+                (wandb_dir / name).unlink(missing_ok=True)
+                if name in self._links:
+                    (wandb_dir / name).symlink_to(self._links[name])
+
     def _guard(self, action: Any) -> None:
         try:
             action()
         except Exception as e:
             log.warning("W&B call failed (%s: %s); continuing.", type(e).__name__, _first_line(e))
+
+
+def _links(folder: Path) -> dict[str, str]:
+    """The symbolic links in `folder` and what they point at."""
+    return {p.name: os.readlink(p) for p in folder.iterdir() if p.is_symlink()} if folder.is_dir() else {}
 
 
 # Seconds `wandb.init` waits for an online W&B host before the run is recorded offline instead (W&B adds

@@ -29,8 +29,8 @@ from grpo_lab import interrupts, models, startup
 from grpo_lab.config import JobSpec, RunConfig
 from grpo_lab.config import trl as config_trl
 from grpo_lab.config.schedule import of_run as reward_schedule
-from grpo_lab.errors import ConfigError, GrpoLabError
-from grpo_lab.evaluation.evaluate import EvalResult, change_metrics, evaluate
+from grpo_lab.errors import ConfigError, GrpoLabError, one_line
+from grpo_lab.evaluation.evaluate import EvalResult, change_metrics, evaluate, read_back
 from grpo_lab.evaluation.graders import Grader, check_can_judge
 from grpo_lab.evaluation.graders import build as build_graders
 from grpo_lab.rewards import build_rewards
@@ -170,7 +170,20 @@ def _set_up(spec: JobSpec) -> _Job:
     )
     grpo_args = spec.grpo_config()  # built once in this process (the check built it, in a single-process job)
     grpo_args.report_to = tracker.report_to
+    _check_enough_prompts(len(pair.train), grpo_args)
     return _Job(spec, resume, pair, reward_funcs, graders, tracker, grpo_args, schedule)
+
+
+def _check_enough_prompts(size: int, grpo_args: Any) -> None:
+    """TRL's sampler drops an incomplete batch of prompts: a training set smaller than one batch trains 0 steps."""
+    needed = grpo_args.generation_batch_size // grpo_args.num_generations
+    if size < needed:
+        raise ConfigError(
+            f"The training set has {size} prompt(s), but each generation batch takes {needed} "
+            f"(generation_batch_size {grpo_args.generation_batch_size} / num_generations {grpo_args.num_generations}): "
+            f"it would train 0 steps. Give the data at least {needed} training prompts (data.train_size, "
+            "data.eval_fraction, a longer file), or a smaller trainer.per_device_train_batch_size."
+        )
 
 
 def _check_resumed_length(resume: Resume, max_steps: int) -> None:
@@ -209,6 +222,8 @@ class Recorder:
         self.health: list[dict[str, Any]] = []  # grpo_lab.run.health events, as they fired
         self.closed = False
         self.rss_start_mb = _rss_mb()
+        # A resumed run's record as it was: put back if this attempt ends before training a step.
+        self.undo = self.folder.snapshot() if job.resume is not None and self.main else None
 
     def start(self) -> None:
         """The run folder's first files (config, overrides, environment)."""
@@ -337,6 +352,29 @@ class Recorder:
         self.job.tracker.add_tags("pruned")
         self._close(result, {"status": "pruned", **where, "pruned/reason": reason}, exit_code=0, pruned=reason)
 
+    def _trained_on(self) -> bool:
+        """Whether this resumed attempt trained a step beyond its checkpoint."""
+        resumed = self.job.resume.step if self.job.resume is not None else 0
+        trained = self.trainer.state.global_step if self.trainer is not None else 0
+        return max(trained, self.rows[-1]["step"] if self.rows else 0) > resumed
+
+    def _undo(self, error: BaseException, as_interrupt: BaseException) -> BaseException:
+        """A resume attempt that ends before its first step changes nothing: the record files and W&B's local files
+        as they were (its lines stay in the run's log). Returns the error to raise: a failure of its own (e.g. a
+        damaged checkpoint) in one line."""
+        self.job.tracker.discard()
+        self.folder.restore(self.undo)
+        self.closed = True
+        log.warning("Resuming %s ended before training a step: the run's record is as it was.", self.job.ctx.run_dir)
+        if isinstance(error, GrpoLabError) or interrupts.signal_of(error) is not None:
+            return as_interrupt
+        checkpoint = self.job.resume.checkpoint if self.job.resume is not None else "?"
+        return GrpoLabError(
+            f"Resuming from {checkpoint} failed before training a step ({type(error).__name__}: "
+            f"{one_line(error, 300)}). If that checkpoint is damaged, remove it to resume from the one before "
+            "(--verbose shows the traceback)."
+        )
+
     def close_on(self, error: BaseException) -> BaseException:
         """Record a run that raised as failed or interrupted; returns the exception to raise (an interrupt
         seen through another exception, e.g. a collective that failed on a peer's signal, as Interrupted)."""
@@ -346,6 +384,8 @@ class Recorder:
         )
         if self.closed or not self.main:  # pruned: recorded already; other processes: the main one records
             return as_interrupt
+        if self.undo is not None and not self._trained_on():
+            return self._undo(error, as_interrupt)
         if signum is None:
             message = f"{type(error).__name__}: {error}"
             if _PEER_GONE in str(error):  # gloo's words for a rank that died or stopped elsewhere
@@ -497,6 +537,11 @@ def _evaluate_before(job: _Job, recorder: Recorder, model: Any, tokenizer: Any) 
     if job.resume is not None:  # the evaluation before training belongs to the first part of the run
         before = (job.resume.previous.get("metrics") or {}).items()
         recorder.metrics |= {k: float(v) for k, v in before if k.startswith("eval_before/") and v is not None}
+        samples = job.folder.read_eval("eval_before") if job.main else []
+        if samples:  # its graded items, for the paired change after training
+            length = recorder.metrics.get("eval_before/mean_length", float("nan"))
+            names = [g.name for g in job.graders]
+            recorder.held_out["eval_before"] = read_back(samples, names, length, job.cfg.eval)
     elif job.cfg.eval.before and job.main:
         with recorder.timed("eval_before"):
             before_eval = evaluate(

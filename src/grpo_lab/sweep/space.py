@@ -41,10 +41,15 @@ def _distribution(override: Any) -> Any:
 
     sweep = override.value()
     key = override.key_or_group
+    if unknown := sorted(set(sweep.tags) - _TAGS):
+        raise ConfigError(f"Sweep `{key}`: unknown tag {', '.join(unknown)} (the tag grpo_lab reads is `log`).")
     log = "log" in sweep.tags
     if isinstance(sweep, ChoiceSweep):
+        if not sweep.list:
+            raise ConfigError(f"Sweep `{key}`: choice() needs at least one value.")
         return CategoricalDistribution(list(sweep.list))
     if isinstance(sweep, RangeSweep):
+        _check_range(key, sweep)
         if all(isinstance(v, int) for v in (sweep.start, sweep.stop, sweep.step)):
             # Hydra's range excludes its stop, like Python's.
             return IntDistribution(int(sweep.start), int(sweep.stop) - 1, step=int(sweep.step), log=log)
@@ -59,6 +64,45 @@ def _distribution(override: Any) -> Any:
             return IntDistribution(low, high, log=log)
         return FloatDistribution(float(low), float(high), log=log)
     raise ConfigError(f"Sweep `{key}`: unsupported sweep {sweep!r} (use choice, range, interval, tag(log, ...)).")
+
+
+_TAGS = {"log"}
+
+
+def _check_range(key: str, sweep: Any) -> None:
+    """Hydra's range(start, stop, step) excludes stop: it must give at least one value."""
+    start, stop, step = sweep.start, sweep.stop, sweep.step
+    if step is None or step <= 0:
+        raise ConfigError(f"Sweep `{key}`: range({start}, {stop}, {step}) needs a step > 0.")
+    if start is None or stop is None or start >= stop:
+        raise ConfigError(f"Sweep `{key}`: range({start}, {stop}) needs start < stop (stop is excluded).")
+
+
+def check_values(space: SearchSpace, config: Any) -> None:
+    """Every value the sweep can give a trial (each choice, each end of an interval or range, each fixed override
+    of a config key) passes that key's declaration, on the sweep's composed base `config`: refused before a trial
+    starts, not in every trial. Group selections (`model=...`) and combinations are the trials' own checks."""
+    from grpo_lab.config import job
+
+    candidates = [(o, ov.as_dict([o])) for o in space.fixed if o.startswith("++")]
+    for param in space.params:
+        if param.key_element.startswith("++"):
+            candidates += [(param.name, {param.name: v}) for v in _ends(param.distribution)]
+    for shown, values in candidates:
+        try:
+            job.with_values(config, values)
+        except ConfigError as e:
+            raise ConfigError(f"Sweep `{ov.as_typed(shown)}`: a trial would get {_show(values)}: {e}") from None
+
+
+def _ends(distribution: Any) -> list[Any]:
+    if hasattr(distribution, "choices"):
+        return list(distribution.choices)
+    return [distribution.low, distribution.high]
+
+
+def _show(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
 
 
 def expand_wildcards(params: dict[str, Any], config: Any) -> dict[str, Any]:

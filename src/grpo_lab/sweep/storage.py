@@ -23,6 +23,7 @@ import logging
 import random
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from grpo_lab.redact import redact
 from grpo_lab.run.study import (
     JOURNAL_PREFIX,
     check_driver,
+    check_url,
     engine_kwargs,
     grpc_address,
     grpc_proxy,
@@ -80,11 +82,24 @@ def study_sizes(url: str, timeout: int = 5) -> dict[str, int]:
     return {s.study_name: s.n_trials for s in summaries if not is_lock_study(s.study_name)}
 
 
+def quiet_deliberate_warnings() -> None:
+    """Optuna warns, on every call, about APIs grpo_lab uses on purpose: heartbeats outside Study.optimize (the
+    sweeper asks and tells trials itself), `fail_stale_trials`, `set_metric_names` and `heartbeat_interval`
+    (experimental). A user would read them, after every trial, as something wrong; docs/sweeps.md says once what
+    they mean. Only those messages are silenced: the user's own samplers and pruners still warn."""
+    from optuna.exceptions import ExperimentalWarning
+
+    for name in ("fail_stale_trials", "set_metric_names", "heartbeat_interval"):
+        warnings.filterwarnings("ignore", message=f".*{name}", category=ExperimentalWarning)
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+
+
 def _optuna_storage(url: str, *, heartbeat_interval: int, grace_period: int, max_retry: int | None) -> Any:
     """The Optuna storage for `url`, with Optuna's heartbeats (and retries of stale trials) on RDB storages."""
     import optuna
     from optuna.storages import RetryHeartbeatStaleTrialCallback
 
+    check_url(url)
     if url.startswith(JOURNAL_PREFIX):
         Path(url.removeprefix(JOURNAL_PREFIX)).parent.mkdir(parents=True, exist_ok=True)
         return open_storage(url)  # Optuna keeps no heartbeats here: SweepStorage does

@@ -21,10 +21,12 @@ from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from grpo_lab import interrupts
 from grpo_lab.config.sweep import DEFAULT_STORAGE, SweeperSettings
 from grpo_lab.errors import GrpoLabError
 from grpo_lab.paths import BEST_FILE, trial_name
 from grpo_lab.redact import redact, share
+from grpo_lab.sweep import identity
 
 if TYPE_CHECKING:
     from grpo_lab.evaluation.ranking import Ranking
@@ -102,17 +104,21 @@ class GrpoOptunaSweeper(Sweeper):
         import optuna
 
         from grpo_lab.config import job, rules
+        from grpo_lab.config import overrides as ov
+        from grpo_lab.config.overrides import as_typed
         from grpo_lab.paths import config_groups
         from grpo_lab.sweep.plan import Plan
-        from grpo_lab.sweep.space import expand_wildcards, parse_space
-        from grpo_lab.sweep.storage import SweepStorage
+        from grpo_lab.sweep.space import check_values, expand_wildcards, parse_space
+        from grpo_lab.sweep.storage import SweepStorage, quiet_deliberate_warnings
 
+        quiet_deliberate_warnings()
         s = self.settings
         metrics = [o["metric"] for o in s.objectives]
         params = expand_wildcards(s.params or {}, self.config)
         space = parse_space(params, arguments, config_groups())
         distributions = {p.name: p.distribution for p in space.params}
         run = job.parse(self.config)  # the sweep's base settings: what every trial shares
+        check_values(space, self.config)
         sweep = rules.SweepPlan(s, tuple(metrics), frozenset(distributions))
         rules.check(rules.Checking(run, run.launcher.num_processes, sweep=sweep), ("sweep",))
         storage = SweepStorage.open(
@@ -122,7 +128,12 @@ class GrpoOptunaSweeper(Sweeper):
             max_retry=s.retry_failed,
         )
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study, worker, pruner = self._open_study(storage, metrics, [o["direction"] for o in s.objectives])
+        given = {k: v for o in space.fixed if o.startswith("++") for k, v in ov.as_dict([o]).items()}
+        fixed = identity.fixed_settings(job.with_values(self.config, given).model_dump(mode="json"), set(distributions))
+        own = [o for o in self.config.hydra.overrides.hydra if str(o).startswith(("hydra.sweeper.", "hydra/"))]
+        command = redact("python -m grpo_lab -m " + " ".join(as_typed(str(a)) for a in [*arguments, *own]))
+        directions = [o["direction"] for o in s.objectives]
+        study, worker, pruner = self._open_study(storage, metrics, directions, (fixed, command))
         return Plan(study, storage, space, metrics, worker, distributions, pruner)
 
     def _run_until(self, target: int, plan: Plan) -> None:
@@ -134,7 +145,13 @@ class GrpoOptunaSweeper(Sweeper):
         s, study = self.settings, plan.study
         while trials := plan.storage.claim(study, target=target, batch=s.n_jobs, distributions=plan.distributions):
             try:
-                self._run_batch(plan, trials)
+                try:
+                    self._run_batch(plan, trials)
+                except Exception as e:  # the launcher's own error for a job stopped by the signal sent on to it
+                    if (signum := interrupts.received()) is None:
+                        raise
+                    raise interrupts.Interrupted(signum) from e
+                interrupts.raise_if_received()  # sent on to the trials' worker processes, which recorded themselves
             except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (grpo_lab.interrupts.Interrupted): stop the sweep
                 self._interrupted(study, trials, e)
                 raise
@@ -170,7 +187,7 @@ class GrpoOptunaSweeper(Sweeper):
             time.sleep(s.heartbeat_interval)  # another worker's search trial is still running
 
     def _open_study(
-        self, storage: SweepStorage, metrics: list[str], directions: list[str]
+        self, storage: SweepStorage, metrics: list[str], directions: list[str], identified: tuple[dict[str, Any], str]
     ) -> tuple[Any, int, dict[str, Any] | None]:
         """Create or join the study (under the claim lock: several workers may start at once); this worker's
         number, its sampler (seed + worker number) and the pruner's config for the trials' jobs."""
@@ -184,6 +201,8 @@ class GrpoOptunaSweeper(Sweeper):
             study = storage.create_or_load_study(
                 s.study_name, directions=directions, sampler=optuna.samplers.RandomSampler(), pruner=None
             )
+            fixed, command = identified  # the study's folder, settings and objectives, and its command
+            identity.check_study(study, fixed, s.objectives, self.sweep_dir, command)
             worker = int(study.user_attrs.get("grpo_lab_workers", 0))
             study.set_user_attr("grpo_lab_workers", worker + 1)
             if worker == 0 and not study.get_trials(deepcopy=False):
@@ -309,6 +328,8 @@ class GrpoOptunaSweeper(Sweeper):
                 return self._fail(study, trial, f"objective {', '.join(bad)} is {values[metrics.index(bad[0])]}")
             study.tell(trial, values)
             log.info("Trial %d finished: %s", trial.number, dict(zip(metrics, values, strict=True)))
+            return None
+        if isinstance(error, KeyboardInterrupt | interrupts.JobInterrupted):  # stopped by a signal: _interrupted
             return None
         if isinstance(error, optuna.TrialPruned):
             trial.set_user_attr("pruned", redact(str(error)))
