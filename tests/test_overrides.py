@@ -279,10 +279,13 @@ def test_the_command_line_is_checked_before_hydra_writes_anything(tmp_path):
     assert checked("-m", "lr=1e-5,2e-5", f"hydra.sweep.dir={tmp_path / 'new'}")[0] == "-m"
     full = tmp_path / "full"
     (full / "0").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="is not empty: a new grid would write over it"):
+        checked("-m", "lr=1e-5,2e-5", f"hydra.sweep.dir={full}")
+    with pytest.raises(ConfigError, match="is not empty: a new run would write over it"):
+        checked("lr=1e-5", f"hydra.run.dir={full}")
+    (full / "0" / "metrics.json").write_text("{}")
     with pytest.raises(ConfigError, match="holds a multirun already"):
         checked("-m", "lr=1e-5,2e-5", f"hydra.sweep.dir={full}")
-    with pytest.raises(ConfigError, match="holds a run already"):
-        checked("lr=1e-5", f"hydra.run.dir={full}")
     assert checked("lr=1e-5", "hydra.run.dir=outputs/${now:%H}")[-1] == "hydra.run.dir=outputs/${now:%H}"
     with pytest.raises(ConfigError, match="`sweep=lr_beta` is an Optuna sweep, which runs with -m"):
         checked("sweep=lr_beta", "experiment=smoke")

@@ -63,7 +63,12 @@ def _check_fresh(key: str, value: object) -> None:
     if not isinstance(value, str) or "${" in value:
         return
     folder = Path(value).expanduser()
-    if folder.is_dir() and any(folder.iterdir()):
-        what = "a multirun" if key == "hydra.sweep.dir" else "a run"
-        fix = "choose a new folder" + (", or resume=<folder> to continue the run there" if what == "a run" else "")
-        raise ConfigError(f"`{key}={value}` holds {what} already, which a new one would overwrite: {fix}.")
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return
+    grid = key == "hydra.sweep.dir"
+    marks = ("multirun.yaml", "*/metrics.json", "*/.hydra") if grid else ("job.json", "metrics.json", ".hydra")
+    held = "is not empty"
+    if any(any(folder.glob(mark)) for mark in marks):
+        held = "holds a multirun already" if grid else "holds a run already"
+    fix = "choose a new folder" + ("" if grid else ", or resume=<folder> to continue a run there")
+    raise ConfigError(f"`{key}={value}` {held}: a new {'grid' if grid else 'run'} would write over it; {fix}.")
