@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_lab import interrupts, startup
 from grpo_lab.config import overrides as ov
+from grpo_lab.errors import ConfigError
 from grpo_lab.paths import CONF_DIR, CONFIG_ENV, SWEEPS_DIR, cache_dir, config_groups, sweep_files
 from grpo_lab.redact import redact
 
@@ -196,13 +197,14 @@ def run_job(cfg: DictConfig, *, verbose: bool, swept: tuple[str, ...]) -> Any:
         if multirun:
             if line is not None:
                 log.error("%s", line)
-                _record_refusal(cfg, swept, line)
+            if isinstance(e, ConfigError):  # refused by a check before it started (not a machine's own failure)
+                _record_refusal(cfg, swept, line or str(e))
             raise
         if line is None or verbose:  # a bug (or asked for): the traceback, secrets masked by the log filter
             log.error("%s: %s", type(e).__name__, line or e, exc_info=e)
         else:
             log.error("%s", line)
-        if line is not None and cfg.get("resume") is None:  # refused: no folder of a run that never started
+        if isinstance(e, ConfigError) and cfg.get("resume") is None:  # refused: no folder of a run never started
             from hydra.core.hydra_config import HydraConfig
 
             from grpo_lab.run.folder import RunFolder
@@ -302,7 +304,6 @@ def _spec(run: Any, cfg: DictConfig, swept: tuple[str, ...]) -> Any:
 def _check_new_folder(spec: Any) -> None:
     """A new job never writes into a folder that holds a run (a `hydra.run.dir` or a preset's fixed folder that
     grpo_lab.command could not see before Hydra resolved it); a resumed one continues its own."""
-    from grpo_lab.errors import ConfigError
     from grpo_lab.run.folder import RunFolder
 
     folder, run_dir = RunFolder(spec.run_dir), spec.run_dir
@@ -422,8 +423,6 @@ def side_command(app: Callable[[], Any], args: list[str], run_dir: str, *, verbo
     and validated exactly as `python -m grpo_lab` would, with its folder at `run_dir` and errors in one line."""
     try:
         if multirun := next((a for a in args if a in ("-m", "--multirun")), None):
-            from grpo_lab.errors import ConfigError
-
             script = Path(sys.argv[0])  # .../grpo_lab/check_rewards.py, .../grpo_lab/doctor/__main__.py
             command = f"{script.parent.parent.name}.{script.parent.name}" if script.stem == "__main__" else ""
             command = command or f"{script.parent.name}.{script.stem}"

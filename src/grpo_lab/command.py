@@ -44,12 +44,20 @@ def checked(args: list[str], positions: list[int]) -> list[str]:
         # config.yaml, overrides.yaml and job.json are the record.
         return [*args, ov.render("hydra.run.dir", str(spec.run_dir)), "hydra.output_subdir=null"]
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    if key in keys and not (multirun and _optuna_sweep(keys)):
+    # The machines of one job may share a folder (Slurm, submitit): machine 0's job checks it when it starts.
+    machines = any(k.startswith(("launcher.num_machines", "launcher.machine_rank")) for k in keys) or _slurm_nodes()
+    if key in keys and not (multirun and _optuna_sweep(keys)) and not machines:
         _check_fresh(key, ov.as_dict([keys[key]]).get(key))
     return args
 
 
 _SHOW_ONLY = {"--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help", "--shell-completion", "-sc"}
+
+
+def _slurm_nodes() -> bool:
+    import os
+
+    return int(os.environ.get("SLURM_JOB_NUM_NODES", os.environ.get("SLURM_NNODES", "1")) or 1) > 1
 
 
 def _optuna_sweep(keys: dict[str, str]) -> bool:

@@ -106,9 +106,8 @@ def received() -> int | None:
 
 def _handle(signum: int, frame: Any) -> None:
     _received.append(signum)
-    if len(_received) == 1 and _forward is not None:
+    if len(_received) == 1 and _forward is not None and _forward(signum):
         log.warning("%s: stopping the jobs; each records its run before this command ends.", signal_name(signum))
-        _forward(signum)
         return
     if len(_received) == 1:
         raise Interrupted(signum)
@@ -152,9 +151,10 @@ def handling() -> Iterator[None]:
 
 
 def forward_to_children(on: bool) -> None:
-    """While on, the first signal is sent on to this process's child processes instead of raising: a launcher
-    that runs jobs in worker processes (joblib, submitit) would otherwise end them, as it unwinds, before they
-    record their runs. The jobs stop, record and return; the caller then ends with :func:`raise_if_received`."""
+    """While on, the first signal is sent on to this process's child processes instead of raising, when it has
+    any: a launcher that runs jobs in worker processes on this machine (joblib, submitit_local) would otherwise end
+    them, as it unwinds, before they record their runs. The jobs stop, record and return; the caller then ends with
+    :func:`raise_if_received`."""
     global _forward
     _forward = _signal_children if on else None
 
@@ -165,12 +165,16 @@ def raise_if_received() -> None:
         raise Interrupted(_received[0])
 
 
-def _signal_children(signum: int) -> None:
+def _signal_children(signum: int) -> bool:
+    """Send `signum` to this process's children; whether there was one (none: the signal raises here)."""
     import psutil
 
+    sent = False
     for child in psutil.Process().children():
         with contextlib.suppress(psutil.Error):
             child.send_signal(signum)
+            sent = True
+    return sent
 
 
 # --------------------------------------------------------------------------------- parent watchdog

@@ -181,7 +181,10 @@ def _run_children(spec: JobSpec, machines: Machines, *, slot: int, env: dict[str
     try:
         code = _wait_for_children(argv, launch_dir, _child_env(cfg, env, slot), tail)
     except BaseException as e:
+        untouched = spec.run.resume is not None and stale is not None  # a resume that restored the run's record
         if (signum := interrupts.signal_of(e)) is not None and machines.is_main and not folder.recorded_since(stale):
+            if untouched:
+                raise
             # The main child records an interrupted run itself; if it could not (it was killed, or stopped before
             # training began), the parent writes the record, with the last step in history.jsonl.
             folder.record_lost_run(spec, status="interrupted", signum=signum)
@@ -194,7 +197,7 @@ def _run_children(spec: JobSpec, machines: Machines, *, slot: int, env: dict[str
             f"records the run. Last lines of {launch_dir / 'children.log'}:\n" + "\n".join(tail)
         )
     fresh = folder.recorded_since(stale)
-    if not fresh and code != 0:  # the main process died without a word (killed, out of memory)
+    if not fresh and code != 0 and spec.run.resume is None:  # died without a word (killed, out of memory)
         signalled = [line.strip() for line in tail if "Signal " in line and "received by PID" in line]
         cause = f" ({signalled[0].removeprefix('traceback : ')})" if signalled else ""
         error = f"the training processes ended with exit code {code}{cause}"

@@ -18,6 +18,7 @@ None or []; a damaged one raises :class:`grpo_lab.files.RunFolderError` naming i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -179,7 +180,12 @@ class RunFolder:
 
         entries = list(self.path.iterdir()) if self.path.is_dir() else []
         if entries and all(e.name == ".hydra" or (e.is_file() and e.suffix == ".log") for e in entries):
-            shutil.rmtree(self.path, ignore_errors=True)
+            shutil.rmtree(self.path / ".hydra", ignore_errors=True)
+            for log_file in self.path.glob("*.log"):
+                if log_file.stat().st_size < 64 * 1024:  # the refused job's few lines, not a user's own log
+                    log_file.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self.path.rmdir()  # only if nothing else is left
 
     def record_refused(self, run_name: str, objective_metric: str, error: str) -> None:
         """metrics.json for a job of a grid or a sweep refused before it started (its settings broke a rule), so

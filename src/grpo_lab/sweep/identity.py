@@ -24,8 +24,11 @@ _FIXED = "grpo_lab_fixed"
 _OBJECTIVES = "grpo_lab_objectives"
 # Run settings that are the sweep's bookkeeping, set per trial or per machine, not the experiment: which trial and
 # study (trial), W&B's names and mode (logger), a resume point, where a vLLM server listens, whether a trial's
-# model is kept (output: the sweep's keep_models), the objective (the sweeper's objectives, compared on their own).
-BOOKKEEPING = ("trial", "logger", "resume", "vllm_server", "output", "objective")
+# model is kept (output: the sweep's keep_models), the objective (the sweeper's objectives, compared on their own),
+# how the processes start (launcher: a resume may change it too).
+BOOKKEEPING = ("trial", "logger", "resume", "vllm_server", "output", "objective", "launcher")
+# Per machine, not the experiment: how its processes start (launcher, above) and where its vLLM server listens.
+_PER_MACHINE = ("trainer.vllm_server_",)
 
 
 def fixed_settings(run_settings: dict[str, Any], searched: set[str]) -> dict[str, Any]:
@@ -44,7 +47,9 @@ def fixed_settings(run_settings: dict[str, Any], searched: set[str]) -> dict[str
     kept = {
         key: value
         for key, value in flat.items()
-        if key.split(".")[0] not in BOOKKEEPING and not any(key == s or key.startswith(s + ".") for s in searched)
+        if key.split(".")[0] not in BOOKKEEPING
+        and not key.startswith(_PER_MACHINE)
+        and not any(key == s or key.startswith(s + ".") for s in searched)
     }
     return kept | dict.fromkeys(searched, "(searched)")
 

@@ -77,6 +77,10 @@ class GrpoOptunaSweeper(Sweeper):
         # Stable folders: outputs/sweeps/<study>/trial_<n>/, the same when the study is resumed.
         with open_dict(config):
             config.hydra.sweep.dir = str(Path(s.sweep_root) / s.study_name)
+            if (
+                "n_jobs" in config.hydra.launcher
+            ):  # joblib: a batch is n_jobs trials; an idle worker only dies on Ctrl-C
+                config.hydra.launcher.n_jobs = s.n_jobs
         self.config = config
         self.sweep_dir = Path(config.hydra.sweep.dir)
         self.launcher = Plugins.instance().instantiate_launcher(
@@ -329,7 +333,9 @@ class GrpoOptunaSweeper(Sweeper):
             study.tell(trial, values)
             log.info("Trial %d finished: %s", trial.number, dict(zip(metrics, values, strict=True)))
             return None
-        if isinstance(error, KeyboardInterrupt | interrupts.JobInterrupted):  # stopped by a signal: _interrupted
+        if isinstance(error, interrupts.JobInterrupted):  # its worker was signalled: recorded FAIL, interrupted
+            return self._interrupted(study, [trial], error)
+        if isinstance(error, KeyboardInterrupt):  # the sweep stops: _run_until records it
             return None
         if isinstance(error, optuna.TrialPruned):
             trial.set_user_attr("pruned", redact(str(error)))
