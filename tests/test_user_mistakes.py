@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -261,3 +262,21 @@ def test_compare_refuses_flags_that_would_not_change_a_folders_ranking(finished,
         proc = run_cli([str(runs), *flags, "--no-plots"], tmp_path, model_cache, module="grpo_lab.compare")
         assert proc.returncode != 0 and says in proc.stderr, proc.stderr[-2000:]
     assert digest(runs) == before
+
+
+def test_a_secret_masked_in_the_record_is_asked_for_again_on_resume(run_copy, model_cache):
+    from grpo_lab.errors import ConfigError
+    from grpo_lab.run.resume import resumed_spec
+
+    job = json.loads((run_copy / "job.json").read_text())
+    for section in (
+        job["run"]["reward"]["functions"]["length"]["kwargs"],
+        job["resolved_config"]["reward"]["functions"]["length"],
+    ):
+        section["api_key"] = "***"  # what the record keeps of a secret
+    (run_copy / "job.json").write_text(json.dumps(job))
+    with pytest.raises(ConfigError) as refused:
+        resumed_spec(run_copy, ["max_steps=3"], model_cache)
+    assert "masks its secret `reward.functions.length.api_key`" in str(refused.value)
+    spec, _ = resumed_spec(run_copy, ["max_steps=3", "reward.functions.length.api_key=${oc.env:HOME}"], model_cache)
+    assert spec.run.reward.functions["length"].kwargs["api_key"] == os.environ["HOME"]

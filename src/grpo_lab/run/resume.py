@@ -17,6 +17,7 @@ from grpo_lab.config import JobSpec, RunConfig
 from grpo_lab.config import overrides as ov
 from grpo_lab.errors import ConfigError
 from grpo_lab.paths import STUDY_FILE
+from grpo_lab.redact import MASK
 from grpo_lab.run.folder import RunFolder
 
 # What a resume command may change (docs/reliability.md): how far the run trains (max_steps, beyond its last
@@ -96,6 +97,11 @@ def resumed_spec(folder: str | Path, given: list[str], cache_dir: Path) -> tuple
     point = find_resume(folder)
     changes = _changes(spec, given, str(folder))
     run = _updated(spec.run, changes)
+    if masked := [k.replace(".kwargs.", ".") for k in _masked(run.model_dump(mode="json"), "")]:
+        raise ConfigError(
+            f"resume={folder}: the run's record masks its secret {', '.join(f'`{k}`' for k in masked[:3])}: give it "
+            f"again, from the environment (`{masked[0]}='${{oc.env:NAME}}'`) or as a value."
+        )
     _check_length(point, spec.run.max_steps, run.max_steps, str(folder))
     config = _set_keys(dict(spec.resolved_config), changes | {"resume": str(point.run_dir)})
     kept = [o for o in spec.overrides if ov.key(o) not in ("max_steps", "resume")]
@@ -147,6 +153,10 @@ def _changes(spec: JobSpec, given: list[str], folder: str) -> dict[str, Any]:
             raise ConfigError(f"`{ov.as_typed(text)}`: a resumed run stays in its own folder ({folder}).")
         if override.is_hydra_override() or key.startswith("hydra/"):
             continue  # Hydra's own settings (verbosity, logging) do not change the run
+        secret = _holds_mask(_lookup(spec.resolved_config, key))  # masked in the record: the user gives it again
+        if secret and override.value_type is not None and not override.is_sweep_override():
+            changes[_settings_key(key)] = _resolved(override.value())
+            continue
         if not may_change(key) or override.value_type is None or override.is_sweep_override():
             was = _lookup(spec.resolved_config, key)
             raise ConfigError(
@@ -159,6 +169,32 @@ def _changes(spec: JobSpec, given: list[str], folder: str) -> dict[str, Any]:
 
 
 _MISSING = object()
+
+
+def _holds_mask(value: Any) -> bool:
+    return isinstance(value, str) and MASK in value
+
+
+def _masked(node: Any, prefix: str) -> list[str]:
+    """The dotted keys whose value the record masked (a secret: `***`, or a URL's password)."""
+    if isinstance(node, dict):
+        return [k for key, value in node.items() for k in _masked(value, f"{prefix}{key}.")]
+    return [prefix[:-1]] if _holds_mask(node) else []
+
+
+def _settings_key(key: str) -> str:
+    """A config key as the typed settings hold it: a reward's or a grader's own argument sits in its `kwargs`."""
+    parts = key.split(".")
+    if len(parts) == 4 and parts[:2] in (["reward", "functions"], ["eval", "graders"]) and parts[3] != "_target_":
+        return ".".join([*parts[:3], "kwargs", parts[3]])
+    return key
+
+
+def _resolved(value: Any) -> Any:
+    """A value typed for a masked secret, its `${oc.env:NAME}` resolved as the composed config would have."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.create({"value": value}), resolve=True)["value"]
 
 
 def _lookup(config: Any, key: str) -> Any:
