@@ -68,16 +68,22 @@ def with_values(cfg: Any, values: Mapping[str, Any]) -> RunConfig:
     """The settings of `cfg` (parsed settings, or a composed config as :func:`parse` takes it) with dotted keys set
     as a command line would set them (`{"lr": 2e-5, "reward.functions.length.ideal_length": 40}`), checked by the
     declarations."""
+    raw = cfg.model_dump(mode="json") if isinstance(cfg, RunConfig) else _container(cfg)
+    return parse(set_keys(raw, values))
+
+
+def set_keys(config: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain (JSON) copy of the nested mapping `config` with the dotted keys of `values` set."""
     import json
 
-    raw = cfg.model_dump(mode="json") if isinstance(cfg, RunConfig) else _container(cfg)
+    out = json.loads(json.dumps(config, default=str))
     for key, value in values.items():
-        node = raw
+        node = out
         *parents, last = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
         node[last] = json.loads(json.dumps(value, default=str))
-    return parse(raw)
+    return out
 
 
 def load(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_lab.config import JobSpec, RunConfig
+from grpo_lab.config import JobSpec, RunConfig, job
 from grpo_lab.config import overrides as ov
 from grpo_lab.errors import ConfigError
 from grpo_lab.paths import STUDY_FILE
@@ -62,8 +62,6 @@ def may_change(key: str) -> bool:
 def saved_spec(folder: RunFolder) -> JobSpec:
     """The job spec a run folder ran: its job.json, or, for a folder of an earlier release, one rebuilt from its
     config.yaml, overrides.yaml and metrics.json."""
-    from grpo_lab.config import job
-
     if folder.job_file.is_file():
         return JobSpec.from_json(json.loads(folder.job_file.read_text()))
     config = folder.read_config()
@@ -103,7 +101,7 @@ def resumed_spec(folder: str | Path, given: list[str], cache_dir: Path) -> tuple
             f"again, from the environment (`{masked[0]}='${{oc.env:NAME}}'`) or as a value."
         )
     _check_length(point, spec.run.max_steps, run.max_steps, str(folder))
-    config = _set_keys(dict(spec.resolved_config), changes | {"resume": str(point.run_dir)})
+    config = job.set_keys(spec.resolved_config, changes | {"resume": str(point.run_dir)})
     kept = [o for o in spec.overrides if ov.key(o) not in ("max_steps", "resume")]
     rerun = [*kept, f"max_steps={run.max_steps}"] if run.max_steps != spec.run.max_steps else list(spec.overrides)
     resumed = JobSpec(
@@ -205,22 +203,8 @@ def _lookup(config: Any, key: str) -> Any:
     return config
 
 
-def _set_keys(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
-    """A copy of the nested mapping `config` with dotted `values` set."""
-    out = json.loads(json.dumps(config, default=str))
-    for key, value in values.items():
-        node = out
-        *parents, last = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return out
-
-
 def _updated(run: RunConfig, changes: dict[str, Any]) -> RunConfig:
     """The run's settings with the allowed changes, checked by their declarations."""
-    from grpo_lab.config import job
-
     return job.with_values(run, changes) if changes else run
 
 
