@@ -7,7 +7,7 @@ STAMP := $(VENV)/.grpo_lab-installed
 # torch first and pinned: a looser request can pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: install demo test test-all lint clean-outputs vllm test-vllm
+.PHONY: install demo test test-all test-random coverage lint clean-outputs vllm test-vllm
 
 install: $(STAMP)
 
@@ -29,6 +29,17 @@ test: install
 # Also the slow tests (the full quick-start, ~9 min on 2 CPU cores).
 test-all: install
 	$(PY) -m pytest -m ""
+
+# The suite in a random order (pytest-random-order; every worker shuffles with the same seed, which it prints):
+# no test may depend on another's order or leftovers. `make test-random SEED=N` replays an order.
+SEED ?= $(shell python3 -c "import random; print(random.randrange(10**6))")
+test-random: install
+	$(PY) -m pytest --random-order-bucket=global --random-order-seed=$(SEED)
+
+# Line coverage of src/, the CLI's subprocesses included ([tool.coverage.run] in pyproject.toml). Not part of
+# `make test`: measuring costs time.
+coverage: install
+	$(PY) -m pytest --cov --cov-report=term-missing:skip-covered
 
 # Style, and the packages' layers (pyproject.toml's [tool.importlinter]; docs/architecture.md).
 lint: install

@@ -18,6 +18,9 @@ from grpo_lab.compare.sources import RunRecord
 
 from conftest import FAST, REPO, run_cli
 
+# One worker runs this module: its module-scoped run is made once, not once per pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("compare")
+
 
 def compare(args: list[str], cwd: Path, cache: Path) -> subprocess.CompletedProcess:
     return run_cli(args, cwd, cache, module="grpo_lab.compare")

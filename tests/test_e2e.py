@@ -14,6 +14,9 @@ from wandb_files import find_runs, read_run
 
 from conftest import REPO, one_line_naming, run_cli
 
+# One worker runs this module: its module-scoped run is made once, not once per pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("e2e")
+
 EVALS = ("eval_before.jsonl", "eval_after.jsonl")
 STEP_KEYS = ("train/reward", "train/reward_std", "train/kl", "train/completions/mean_length")
 

@@ -19,6 +19,9 @@ import yaml
 
 from conftest import FAST, REPO, cli_env
 
+# One worker runs this module: its module-scoped run is made once, not once per pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("packaging")
+
 SHIPPED_EXPERIMENTS = {p.name for p in (REPO / "conf" / "experiment").glob("*.yaml")}
 
 MY_REWARDS = '''

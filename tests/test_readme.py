@@ -177,7 +177,7 @@ def test_service_commands_parse(command):
 def test_fast_commands_run_as_typed(command, tmp_path, model_cache):
     check = CHECKS[command]
     module, *args = shlex.split(command)[2:]
-    proc = run_cli(args, tmp_path, model_cache, timeout=180, module=module)
+    proc = run_cli(args, tmp_path, model_cache, timeout=180, module=module, fresh=True)  # as typed: a new interpreter
     assert proc.returncode in check.codes, proc.stderr[-3000:]
     assert check.expect in proc.stdout, proc.stdout[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
@@ -253,7 +253,7 @@ def test_example_outputs_show_what_the_command_prints(tmp_path, model_cache):
     for command, shown in examples:
         words = shlex.split(command)
         assert words[:2] == ["python", "-m"], command
-        proc = run_cli(words[3:], tmp_path, model_cache, timeout=120, module=words[2])
+        proc = run_cli(words[3:], tmp_path, model_cache, timeout=120, module=words[2], fresh=True)
         printed = proc.stdout + proc.stderr
         for out in shown:
             if out.strip() and out.strip() != "...":

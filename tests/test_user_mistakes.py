@@ -20,6 +20,9 @@ from wandb_files import find_runs, read_run
 
 from conftest import FAST, REPO, error_line, load_study, run_cli
 
+# One worker runs this module: its module-scoped run is made once, not once per pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("user_mistakes")
+
 TESTS = str(REPO / "tests")
 CHECKPOINTED = [*FAST, "eval.before=true", "trainer.save_strategy=steps", "trainer.save_steps=1"]
 WORDS = ["+reward.functions.words._target_=failing_rewards.words", "+reward.weights.words=1.0"]
