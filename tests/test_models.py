@@ -259,10 +259,11 @@ def test_tiny_dtype(tiny, tiny_cache: Path, dtype: str, expected: str) -> None:
 
 # ----------------------------------------------------------------------------------- atomic builds
 def test_a_build_keeps_the_copy_of_a_process_that_finished_first(
-    tiny_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny, tiny_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A writer that ignores the lock (another grpo_lab version, a file system without locks) finishes while
-    `prepare` is still writing: its complete copy is kept, and no temp folder is left."""
+    `prepare` is still writing: its complete copy is kept, and no temp folder is left. (`tiny`: the module's
+    cache holds the build copied below whichever test runs first; `make test-random` ran this one first.)"""
     from transformers import PreTrainedModel
 
     theirs = tmp_path / "theirs"
