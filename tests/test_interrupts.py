@@ -7,6 +7,7 @@ foreground process group: `os.killpg(proc.pid, SIGINT)`; `kill`, Slurm and syste
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -65,9 +66,27 @@ def _finish(proc: subprocess.Popen, cwd: Path, timeout: float = 60) -> int:
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        left = _what_is_left(proc.pid)  # before the kill: where each process waits
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        pytest.fail(f"still running {timeout} s after the signal:\n{_output(cwd)}")
+        pytest.fail(f"still running {timeout} s after the signal:\n{_output(cwd)}\n{left}")
+
+
+def _what_is_left(pid: int) -> str:
+    """The command's process tree (pid, parent, state, command line) and, where py-spy is installed, each Python
+    process's stacks: what a command that does not end after a signal is waiting for."""
+    import psutil
+
+    spy = Path(sys.executable).with_name("py-spy")  # a dev dependency
+    root = psutil.Process(pid)
+    lines = ["processes left:"]
+    for process in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            lines.append(f"  {process.pid} <- {process.ppid()} {process.status()}: {' '.join(process.cmdline())[:160]}")
+            if spy.exists() and "python" in process.name():
+                dump = subprocess.run([str(spy), "dump", "--pid", str(process.pid)], capture_output=True, text=True)
+                lines.append(dump.stdout[-3000:])
+    return "\n".join(lines)
 
 
 def _wandb_exit(run_dir: Path) -> tuple[str, str, int | None]:
