@@ -77,9 +77,8 @@ class GrpoOptunaSweeper(Sweeper):
         # Stable folders: outputs/sweeps/<study>/trial_<n>/, the same when the study is resumed.
         with open_dict(config):
             config.hydra.sweep.dir = str(Path(s.sweep_root) / s.study_name)
-            if (
-                "n_jobs" in config.hydra.launcher
-            ):  # joblib: a batch is n_jobs trials; an idle worker only dies on Ctrl-C
+            # joblib: a batch is n_jobs trials; an idle worker only dies on Ctrl-C
+            if "n_jobs" in config.hydra.launcher:
                 config.hydra.launcher.n_jobs = s.n_jobs
         self.config = config
         self.sweep_dir = Path(config.hydra.sweep.dir)
