@@ -6,6 +6,8 @@ import dataclasses
 import importlib.util
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -254,3 +256,35 @@ def test_cli_with_no_cached_field_list_fails_the_same_way(tmp_path):
     cache = tmp_path / "cache"
     _fails_early(["trainer.loss_type=dr_grop"], "trainer.loss_type", tmp_path, cache)
     assert list((cache / "trl").glob("*.json"))
+
+
+# The next job's GRPOConfig, built in the process a colocated-vLLM job ran in, while another program holds the port
+# TRL had picked for that job's vLLM rendezvous (two colocated grids on one machine; seen in CI as EADDRINUSE).
+_NEXT_JOB = """
+import contextlib, os, socket, sys
+from trl import GRPOConfig
+from trl.trainer.utils import ensure_master_addr_port
+from grpo_lab.vllm_engine.sync import rendezvous_env_kept
+
+with rendezvous_env_kept() if sys.argv[1] == "kept" else contextlib.nullcontext():
+    # what TRL's VLLMGeneration sets for a colocated engine, with its own port choice
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    ensure_master_addr_port()
+    port = int(os.environ["MASTER_PORT"])
+held = socket.create_server(("127.0.0.1", port))
+GRPOConfig(output_dir=sys.argv[2], use_cpu=True, report_to=[])
+import torch.distributed
+print("distributed:", torch.distributed.is_initialized())
+"""
+
+
+@pytest.mark.parametrize("arm", ["kept", "left"])
+def test_a_colocated_engines_rendezvous_variables_do_not_reach_the_next_job(tmp_path, arm):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")}
+    proc = subprocess.run(
+        [sys.executable, "-c", _NEXT_JOB, arm, str(tmp_path)], capture_output=True, text=True, env=env, timeout=120
+    )
+    if arm == "kept":  # grpo_lab's job: the next one starts as the one-process job it is
+        assert proc.returncode == 0 and "distributed: False" in proc.stdout, proc.stderr[-3000:]
+    else:  # the hazard itself, so this test would see it come back: a stale port, now someone else's
+        assert proc.returncode != 0 and "EADDRINUSE" in proc.stderr, (proc.stdout, proc.stderr[-3000:])

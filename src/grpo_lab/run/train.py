@@ -38,6 +38,7 @@ from grpo_lab.run import health
 from grpo_lab.run.folder import RunFolder, RunResult
 from grpo_lab.run.resume import Resume, find_resume
 from grpo_lab.run.tracking import Tracker
+from grpo_lab.vllm_engine.sync import rendezvous_env_kept
 
 if TYPE_CHECKING:
     from grpo_lab.run.callbacks import Outcome  # transformers: imported with the trainer, not with this module
@@ -415,7 +416,7 @@ class Recorder:
 # ----------------------------------------------------------------------------------------- stages
 def run(spec: JobSpec) -> RunResult:
     """One job; SIGINT/SIGTERM raise `interrupts.Interrupted` meanwhile (the run is recorded as interrupted)."""
-    with interrupts.handling():
+    with interrupts.handling(), rendezvous_env_kept():
         started = time.monotonic()
         job = _set_up(spec)
         recorder = Recorder(job, started)

@@ -78,6 +78,28 @@ def release(trainer: Any) -> bool:
     return True
 
 
+# What TRL's colocated engine sets in the process's environment for vLLM's rendezvous (`VLLMGeneration`: RANK,
+# LOCAL_RANK, WORLD_SIZE, and a port free at that moment). Left behind, the next job of a grid or sweep in the same
+# process builds its GRPOConfig as a one-process distributed job on that stale port, which by then another program
+# may hold (seen: EADDRINUSE on 29500 with two colocated grids on one machine).
+RENDEZVOUS_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@contextlib.contextmanager
+def rendezvous_env_kept() -> Iterator[None]:
+    """Give the process's rendezvous variables back as they were once the job inside is over (a launcher's own
+    values, as in a DDP child, are untouched: TRL keeps what it finds)."""
+    before = {key: os.environ.get(key) for key in RENDEZVOUS_ENV}
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 class ServerWeights:
     """Mixed into vLLM's worker by `--worker-extension-cls`: load weights a trainer on this host wrote to a file."""
 
