@@ -271,7 +271,10 @@ with rendezvous_env_kept() if sys.argv[1] == "kept" else contextlib.nullcontext(
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
     ensure_master_addr_port()
     port = int(os.environ["MASTER_PORT"])
-held = socket.create_server(("127.0.0.1", port))
+try:
+    held = socket.create_server(("127.0.0.1", port))
+except OSError:  # another program took it first (the other arm, on the other xdist worker): the same hazard
+    pass
 GRPOConfig(output_dir=sys.argv[2], use_cpu=True, report_to=[])
 import torch.distributed
 print("distributed:", torch.distributed.is_initialized())
