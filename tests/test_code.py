@@ -125,14 +125,22 @@ def test_every_humaneval_canonical_solution_earns_the_full_tests_reward(sandbox:
 
 # -------------------------------------------------------------------------------------------------------- data
 def test_humaneval_is_split_seeded_with_its_tests_and_a_chat_prompt() -> None:
+    sizes = {"train_size": None, "eval_size": None, "test_size": None}
     cfg = HumanEvalData(
-        kind="humaneval", system_prompt=SYSTEM, num_shots=1, train_size=None, eval_size=None, seed=3, eval_fraction=0.4
+        kind="humaneval", system_prompt=SYSTEM, num_shots=1, seed=3, eval_fraction=0.2, test_fraction=0.2, **sizes
     )
     pair = load_datasets(cfg)
-    assert (len(pair.train), len(pair.eval)) == (98, 66)
-    assert not set(pair.train["question"]) & set(pair.eval["question"])
-    assert load_datasets(cfg).eval["question"] == pair.eval["question"]  # seeded
-    row = pair.eval[0]
+    assert (len(pair.train), len(pair.eval), len(pair.test)) == (98, 33, 33)  # round(164 * 0.2) each held out
+    train, eval_, test = (set(getattr(pair, s)["question"]) for s in ("train", "eval", "test"))
+    assert not train & eval_ and not train & test and not eval_ & test
+    assert train | eval_ | test == {p["prompt"] for p in humaneval_problems()}  # every problem in one part
+    again = load_datasets(cfg)
+    assert again.eval["question"] == pair.eval["question"] and again.test["question"] == pair.test["question"]
+    for row in (pair.eval[0], pair.test[0]):
+        _check_humaneval_row(row)
+
+
+def _check_humaneval_row(row: dict) -> None:
     assert set(row) == {"prompt", "question", "answer", "tests", "entry_point", "preamble"}
     assert [m["role"] for m in row["prompt"]] == ["system", "user", "assistant", "user"]  # one worked example
     assert row["question"] in row["prompt"][-1]["content"] and "```python" in row["prompt"][-1]["content"]
@@ -142,7 +150,8 @@ def test_humaneval_is_split_seeded_with_its_tests_and_a_chat_prompt() -> None:
 def _code_jsonl(tmp_path: Path, rows: list[dict], **extra) -> CodeJsonlData:
     path = tmp_path / "problems.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    fields = {"eval_path": None, "eval_fraction": 0.5, "train_size": None, "eval_size": None, "seed": 0} | extra
+    fields = {"eval_path": None, "eval_fraction": 0.5, "test_path": None, "test_fraction": 0.2}
+    fields |= {"train_size": None, "eval_size": None, "test_size": None, "seed": 0} | extra
     return CodeJsonlData(kind="code_jsonl", system_prompt=SYSTEM, num_shots=0, path=str(path), **fields)
 
 
@@ -161,7 +170,9 @@ CHECK = {
 
 def test_own_problems_in_mbpp_layout_are_graded_in_the_sandbox(tmp_path: Path, sandbox: dict) -> None:
     pair = load_datasets(_code_jsonl(tmp_path, [MBPP, CHECK, MBPP, CHECK]))
-    rows = [*pair.train, *pair.eval]
+    rows = [*pair.train, *pair.eval, *pair.test]  # each problem is in one part: a repeat is dropped, not shared
+    train, eval_, test = ({r["question"] for r in part} for part in (pair.train, pair.eval, pair.test))
+    assert not train & eval_ and not train & test and not eval_ & test and len(train | eval_ | test) == 2
     mbpp = next(r for r in rows if r["entry_point"] is None)
     assert "assert add(1, 2) == 3" in mbpp["prompt"][-1]["content"]  # MBPP shows its tests: they name the function
     assert mbpp["tests"].startswith("import math") and mbpp["answer"] == MBPP["code"]
@@ -322,4 +333,5 @@ def test_code_humaneval_ends_with_held_out_pass_at_1(tmp_path: Path, model_cache
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert re.search(r"pass@1 +\d+\.\d% \[\d+%, \d+%\] -> \d+\.\d% \[\d+%, \d+%\]", proc.stdout), proc.stdout
     metrics = json.loads((_job(tmp_path / "outputs") / "metrics.json").read_text())["metrics"]
-    assert metrics["train/steps"] == 16 and metrics["eval_after/num_samples"] == 66
+    assert metrics["train/steps"] == 16
+    assert metrics["eval_after/num_samples"] == metrics["test_after/num_samples"] == 33  # round(164 * 0.2) each

@@ -64,6 +64,18 @@ def test_leaderboard_of_a_grid_matches_the_runs_files(grid, model_cache):
     assert "wandb sync " in proc.stdout
 
 
+def test_a_grids_jobs_leave_the_test_part_ungraded(grid):
+    """No job of a grid grades the test part: the choice among them cannot lean on it (its winner's is graded
+    after choosing), while each job's validation is graded as in a single run."""
+    _, folder = grid
+    for metrics_file in folder.rglob("metrics.json"):
+        metrics = json.loads(metrics_file.read_text())["metrics"]
+        assert "eval_after/accuracy" in metrics
+        assert not [k for k in metrics if k.startswith("test_")], metrics_file
+        assert not list(metrics_file.parent.glob("test_*.jsonl"))
+        assert json.loads((metrics_file.parent / "job.json").read_text())["in_multirun"] is True
+
+
 def test_export_the_best_and_run_it_again(grid, model_cache):
     cwd, folder = grid
     name = f"best_{uuid.uuid4().hex[:8]}"

@@ -54,7 +54,7 @@ def test_doctor_reports_this_machine_and_leaves_nothing_behind(tmp_path, model_c
     # The tiny model's real size (107k parameters), counted from its config on the meta device.
     assert rows["model"]["detail"].startswith("0.1M parameters, all weights trained")
     assert rows["config"]["detail"].startswith("smoke: builtin:tiny-llama on arithmetic, 4 steps")
-    assert rows["data"]["detail"].startswith("16 training and 8 held-out prompts")
+    assert rows["data"]["detail"].startswith("16 training, 20 validation and 20 test prompts")
     assert rows["memory"]["status"] == "ok" and "host memory available" in rows["memory"]["detail"]
     assert rows["W&B"]["status"] == "info" and rows["W&B"]["detail"].startswith("offline (not logged in")
     assert rows["Hugging Face Hub"]["detail"].startswith("not needed")

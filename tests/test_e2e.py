@@ -65,14 +65,39 @@ def test_smoke_run_writes_the_run_folder(smoke_run):
     for prefix in ("eval_before", "eval_after"):
         for name in ("accuracy", "format"):
             assert m[f"{prefix}/{name}_ci_low"] <= m[f"{prefix}/{name}"] <= m[f"{prefix}/{name}_ci_high"]
-            assert m[f"{prefix}/{name}_ci_high"] - m[f"{prefix}/{name}_ci_low"] > 0.2  # 8 items decide little
+            assert m[f"{prefix}/{name}_ci_high"] - m[f"{prefix}/{name}_ci_low"] > 0.1  # 20 items decide little
     change = m["eval_change/accuracy"]
     assert change == pytest.approx(m["eval_after/accuracy"] - m["eval_before/accuracy"])
     assert m["eval_change/accuracy_ci_low"] <= change <= m["eval_change/accuracy_ci_high"]
     assert 0 < m["eval_change/accuracy_p_value"] <= 1
     before, after = ([json.loads(line) for line in (job / f).read_text().splitlines()] for f in EVALS)
-    assert [r["item"] for r in before] == [r["item"] for r in after] == list(range(8))
+    assert [r["item"] for r in before] == [r["item"] for r in after] == list(range(20))
     assert [r["question"] for r in before] == [r["question"] for r in after]
+
+
+def test_a_single_run_reports_the_test_part_beside_validation(smoke_run):
+    """The test part is graded before and after, on other items than validation, with its intervals and paired
+    change, in metrics.json, the W&B summary and the printed summary; the objective still reads validation."""
+    proc, job = smoke_run
+    metrics = json.loads((job / "metrics.json").read_text())
+    m = metrics["metrics"]
+    assert metrics["objective"]["metric"] == "eval_after/accuracy"
+    for prefix in ("test_before", "test_after"):
+        assert m[f"{prefix}/num_samples"] == 20
+        for name in ("accuracy", "format"):
+            assert m[f"{prefix}/{name}_ci_low"] <= m[f"{prefix}/{name}"] <= m[f"{prefix}/{name}_ci_high"]
+    assert m["test_change/accuracy"] == pytest.approx(m["test_after/accuracy"] - m["test_before/accuracy"])
+    assert 0 < m["test_change/accuracy_p_value"] <= 1
+    graded = {
+        f: [json.loads(line) for line in (job / f"{f}.jsonl").read_text().splitlines()]
+        for f in ("eval_before", "test_before", "test_after")
+    }
+    assert [r["question"] for r in graded["test_before"]] == [r["question"] for r in graded["test_after"]]
+    assert not {r["question"] for r in graded["test_before"]} & {r["question"] for r in graded["eval_before"]}
+    (wandb_run,) = find_runs(job)
+    summary = read_run(wandb_run).summary
+    assert summary["test_after/accuracy"] == m["test_after/accuracy"] and "test_change/accuracy_p_value" in summary
+    assert re.search(r"on test +\S+ \[.*\] -> \S+ \[.*\] \(test, 20 items: .*no choice read it\)", proc.stdout)
 
 
 def test_the_run_folder_keeps_the_job_spec_it_ran(smoke_run):

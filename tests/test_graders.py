@@ -63,12 +63,13 @@ def _own_task(folder: Path) -> list[str]:
     """A JSONL task of plain questions (no tags asked for) with an `answer` column, as a user brings one."""
     rows = [
         {"prompt": f"What is {a} times {b}? Reply with the number only.", "answer": str(a * b)}
-        for a in range(2, 6)
-        for b in range(2, 6)
+        for a in range(2, 13)
+        for b in range(2, 13)
     ]
     path = folder / "times.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return ["data=jsonl", f"data.path={path}", "data.eval_fraction=0.5", "data.system_prompt=", "data.num_shots=0"]
+    # 121 rows: 24 to validation and 24 to test (20 of each graded: the smoke preset's sizes), the rest to train.
+    return ["data=jsonl", f"data.path={path}", "data.system_prompt=", "data.num_shots=0"]
 
 
 OWN_GRADER = [

@@ -386,6 +386,22 @@ def test_wilcoxon_pruner_needs_an_objective_of_the_evaluation_after_training(tmp
     assert not list((tmp_path / "outputs").rglob("metrics.json"))  # refused before any trial ran
 
 
+def test_a_sweep_may_not_choose_on_the_test_part(tmp_path, model_cache):
+    """A sweep whose objective reads the test part is refused in one line before any trial: the test part only
+    reports, after choosing."""
+    args = [
+        "-m",
+        "sweep=lr_beta",
+        *FAST,
+        "hydra.sweeper.objectives=[{metric: test_after/accuracy, direction: maximize}]",
+    ]
+    proc = run_cli(args, tmp_path, model_cache, timeout=120)
+    assert proc.returncode != 0
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("Error")]
+    one_line_naming(line, "hydra.sweeper.objectives.0.metric", "test_after/accuracy", "eval_after/accuracy")
+    assert not list((tmp_path / "outputs").rglob("metrics.json"))
+
+
 def test_pareto_sweep_records_both_objectives(tmp_path, model_cache):
     proc = run_cli(["-m", "sweep=pareto", *FAST, "hydra.sweeper.n_trials=3"], tmp_path, model_cache, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

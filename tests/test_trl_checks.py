@@ -91,6 +91,16 @@ def test_bad_setting_is_one_line_naming_its_key(overrides, key, kind):
     one_line_naming(info.value, f"`{key}")
 
 
+@pytest.mark.parametrize("metric", ["test_after/accuracy", "test_before/format", "test_change/accuracy"])
+def test_an_objective_on_the_test_part_is_refused_naming_the_validation_metric(metric):
+    """Test items report and never choose: every test_* metric is refused as the objective (and so as a sweep's
+    objective and what its pruner reads), pointing at the validation metric of the same name."""
+    with pytest.raises(ConfigError) as info:
+        check(f"objective.metric={metric}")
+    assert (info.value.key, info.value.kind) == ("objective.metric", "rule")
+    one_line_naming(info.value, metric, "eval_" + metric.removeprefix("test_"), "never chooses")
+
+
 @pytest.mark.parametrize(
     ("override", "nearest"),
     [

@@ -272,6 +272,7 @@ def _spec(run: Any, cfg: DictConfig, swept: tuple[str, ...]) -> Any:
     """The job spec: where it runs (with `resume=<folder>`, that folder, under the run's first name) and every rule
     of the settings checked, TRL's own included (imports trl)."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     from grpo_lab import config as config_mod
     from grpo_lab import models
@@ -279,11 +280,13 @@ def _spec(run: Any, cfg: DictConfig, swept: tuple[str, ...]) -> Any:
 
     name, group, overrides = _job_identity(cfg, swept)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    in_multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     if run.resume is not None:  # the run's own spec, with what the command line may change (checked before Hydra)
         from grpo_lab.run.resume import resumed_spec
 
         spec, _ = resumed_spec(run.resume, overrides, cache_dir())
         run, run_dir, name, group, overrides = spec.run, spec.run_dir, spec.run_name, spec.group, list(spec.overrides)
+        in_multirun = in_multirun or spec.in_multirun  # a grid's job resumed alone is still one of its jobs
         resolved = dict(spec.resolved_config)
     else:
         resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -298,6 +301,7 @@ def _spec(run: Any, cfg: DictConfig, swept: tuple[str, ...]) -> Any:
         overrides=tuple(overrides),
         resolved_config=resolved,
         cache_dir=cache_dir(),
+        in_multirun=in_multirun,
     )
 
 

@@ -127,6 +127,8 @@ class JobSpec:
     resolved_config: Mapping[str, Any]  # the whole composed config, for W&B and config.yaml
     cache_dir: Path
     extra_tags: tuple[str, ...] = ()
+    # One job of a grid or sweep: its test part is not graded (a choice among the jobs could lean on it).
+    in_multirun: bool = False
     _built: list[Any] = field(default_factory=list, compare=False, repr=False)
 
     FILE = "job.json"
@@ -153,6 +155,7 @@ class JobSpec:
             "resolved_config": dict(self.resolved_config),
             "cache_dir": str(self.cache_dir),
             "extra_tags": list(self.extra_tags),
+            "in_multirun": self.in_multirun,
         }
 
     @classmethod
@@ -168,6 +171,7 @@ class JobSpec:
             resolved_config=data["resolved_config"],
             cache_dir=Path(data["cache_dir"]),
             extra_tags=tuple(data["extra_tags"]),
+            in_multirun=data.get("in_multirun", False),  # absent from an earlier release's job.json
         )
 
 

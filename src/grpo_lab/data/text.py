@@ -14,13 +14,13 @@ from typing import Any
 
 from grpo_lab.config import ArithmeticData, Gsm8kData, JsonlData
 from grpo_lab.data.prompts import WORKED_EXAMPLES, build_prompt, conversation
-from grpo_lab.data.sets import DatasetPair, Row, load_local, pair, read_jsonl, require, resolve
+from grpo_lab.data.sets import DataParts, Row, load_local, parts, read_jsonl, require, resolve, split
 from grpo_lab.errors import DataError
 from grpo_lab.models.hub import hub_endpoint, hub_offline, hub_reachable
 from grpo_lab.rewards.parsing import normalize_reference, parse_number
 
 _OFFLINE_HINT = (
-    "Use local data instead: `data=gsm8k data.path=/path/train.jsonl data.eval_path=/path/test.jsonl`, "
+    "Use local data instead: `data=gsm8k data.path=/path/train.jsonl data.test_path=/path/test.jsonl`, "
     "or the synthetic `data=arithmetic`."
 )
 
@@ -84,13 +84,15 @@ def _load_file(path: str, key: str, cfg: Gsm8kData | JsonlData) -> list[Row]:
     return rows
 
 
-def _load_local(cfg: Gsm8kData | JsonlData, path: str) -> DatasetPair:
+def _load_local(cfg: Gsm8kData | JsonlData, path: str) -> DataParts:
     return load_local(cfg, path, lambda file, key: _load_file(file, key, cfg))
 
 
-def _load_hub(cfg: Gsm8kData) -> DatasetPair:
-    if cfg.eval_path is not None:
-        raise DataError("`data.eval_path` needs `data.path` (the local train file); set both or neither.")
+def _load_hub(cfg: Gsm8kData) -> DataParts:
+    """The Hub's test split is the test part; validation is a seeded split of its train split (by eval_fraction)."""
+    if cfg.eval_path is not None or cfg.test_path is not None:
+        key = "data.eval_path" if cfg.eval_path is not None else "data.test_path"
+        raise DataError(f"`{key}` needs `data.path` (the local train file); set both or neither.")
     if hub_offline("HF_DATASETS_OFFLINE") or not hub_reachable():
         endpoint = hub_endpoint()
         raise DataError(
@@ -105,14 +107,15 @@ def _load_hub(cfg: Gsm8kData) -> DatasetPair:
     missing = [s for s in ("train", "test") if s not in splits]
     if missing:
         raise DataError(f"`{cfg.hub_id}` has splits {', '.join(splits)}; needed: train, test.")
-    pair = []
-    for split in ("train", "test"):
+    loaded = {}
+    for name in ("train", "test"):
         rows = []
-        for i, obj in enumerate(splits[split]):
-            row = _gsm8k_row(obj, f"{cfg.hub_id}[{split}][{i}]")
+        for i, obj in enumerate(splits[name]):
+            row = _gsm8k_row(obj, f"{cfg.hub_id}[{name}][{i}]")
             rows.append({**row, "prompt": build_prompt(row["question"], cfg.system_prompt, cfg.num_shots)})
-        pair.append(rows)
-    return pair(pair[0], pair[1], cfg)
+        loaded[name] = rows
+    train, held = split(loaded["train"], cfg.seed, f"{cfg.hub_id}[train]", eval=cfg.eval_fraction)
+    return parts(train, held["eval"], loaded["test"], cfg)
 
 
 @dataclass(frozen=True)
@@ -205,11 +208,12 @@ def _arithmetic_split(cfg: ArithmeticData, split: str, size: int, taken: set[str
     return rows
 
 
-def _load_arithmetic(cfg: ArithmeticData) -> DatasetPair:
-    if cfg.train_size is None or cfg.eval_size is None:
+def _load_arithmetic(cfg: ArithmeticData) -> DataParts:
+    sizes = {"train": cfg.train_size, "eval": cfg.eval_size, "test": cfg.test_size}
+    if None in sizes.values():
         raise DataError(
-            "`data=arithmetic` generates its problems, so it needs both sizes: "
-            "set e.g. `data.train_size=1000 data.eval_size=200` (null means 'all', which has no meaning here)."
+            "`data=arithmetic` generates its problems, so it needs every size: set e.g. `data.train_size=1000 "
+            "data.eval_size=200 data.test_size=200` (null means 'all', which has no meaning here)."
         )
     unknown = [op for op in cfg.operations if op not in _OPS]
     if unknown or not cfg.operations:
@@ -220,21 +224,23 @@ def _load_arithmetic(cfg: ArithmeticData) -> DatasetPair:
     # Shot questions are excluded too: a problem the prompt already solves would be a free answer.
     taken = {shot.question for shot in WORKED_EXAMPLES}
     capacity = _capacity(cfg.operations, cfg.max_number) - len(taken)
-    if cfg.train_size + cfg.eval_size > capacity:
+    if sum(sizes.values()) > capacity:
         raise DataError(
             f"`data=arithmetic` can make only about {capacity} distinct problems with max_number={cfg.max_number} "
-            f"and operations {cfg.operations}, fewer than train_size + eval_size = "
-            f"{cfg.train_size + cfg.eval_size}. Raise `data.max_number` or lower the sizes."
+            f"and operations {cfg.operations}, fewer than train_size + eval_size + test_size = "
+            f"{sum(sizes.values())}. Raise `data.max_number` or lower the sizes."
         )
-    # Eval first, from its own stream: the eval set depends only on seed and eval_size, so runs that vary
-    # train_size are scored on the same problems. Train then skips every eval question.
+    # Each part from its own stream, validation first: the validation set depends only on seed and eval_size (the
+    # same problems as before there was a test part), the test set on seed, eval_size and test_size, so runs that
+    # vary train_size are scored on the same problems. Each part skips every question dealt before it.
     eval_ = _arithmetic_split(cfg, "eval", cfg.eval_size, taken)
+    test = _arithmetic_split(cfg, "test", cfg.test_size, taken)
     train = _arithmetic_split(cfg, "train", cfg.train_size, taken)
-    return pair(train, eval_, cfg)
+    return parts(train, eval_, test, cfg)
 
 
-def load(cfg: ArithmeticData | Gsm8kData | JsonlData) -> DatasetPair:
-    """Build the train and eval prompt datasets described by ``cfg`` (see the module docstring)."""
+def load(cfg: ArithmeticData | Gsm8kData | JsonlData) -> DataParts:
+    """Build the train, validation and test prompt datasets described by ``cfg`` (see the module docstring)."""
     if isinstance(cfg, ArithmeticData):
         return _load_arithmetic(cfg)
     if isinstance(cfg, Gsm8kData):

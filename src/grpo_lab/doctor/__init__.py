@@ -131,7 +131,8 @@ def _data_check(run: Any) -> tuple[Check, int]:
         return Check("data", "fail", reason), 256
     prompts = pair.train.select(range(min(_PROMPT_SAMPLE, len(pair.train))))["prompt"]
     tokens = max(sum(len(m["content"]) for m in p) // _CHARS_PER_TOKEN + _TEMPLATE_TOKENS * len(p) for p in prompts)
-    detail = f"{len(pair.train):,} training and {len(pair.eval):,} held-out prompts; longest prompt ≈{tokens} tokens"
+    sizes = f"{len(pair.train):,} training, {len(pair.eval):,} validation and {len(pair.test):,} test prompts"
+    detail = f"{sizes}; longest prompt ≈{tokens} tokens"
     return Check("data", "ok", detail), tokens
 
 

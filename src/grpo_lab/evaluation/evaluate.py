@@ -55,29 +55,29 @@ class EvalResult:
         return out | {f"{prefix}/num_samples": float(self.num_samples)}
 
 
-def change_metrics(before: EvalResult, after: EvalResult) -> dict[str, float]:
-    """after - before on the same items: `eval_change/accuracy` with its paired 95% interval, the exact
-    McNemar p-value and the counts of items gained and lost."""
+def change_metrics(before: EvalResult, after: EvalResult, prefix: str = "eval_change") -> dict[str, float]:
+    """after - before on the same items: `eval_change/accuracy` (`test_change/...` for the test part) with its
+    paired 95% interval, the exact McNemar p-value and the counts of items gained and lost."""
     out: dict[str, float] = {}
     for name in after.shares:
         pairs = [(item_value(b, name), item_value(a, name)) for b, a in zip(before.samples, after.samples, strict=True)]
         pairs = [(b, a) for b, a in pairs if b is not None and a is not None]  # items without a reference
         change = paired_change([bool(b) for b, _ in pairs], [bool(a) for _, a in pairs])
         out |= {
-            f"eval_change/{name}": change.change,
-            f"eval_change/{name}_ci_low": change.ci_low,
-            f"eval_change/{name}_ci_high": change.ci_high,
-            f"eval_change/{name}_p_value": change.p_value,
-            f"eval_change/{name}_gained": float(change.gained),
-            f"eval_change/{name}_lost": float(change.lost),
+            f"{prefix}/{name}": change.change,
+            f"{prefix}/{name}_ci_low": change.ci_low,
+            f"{prefix}/{name}_ci_high": change.ci_high,
+            f"{prefix}/{name}_p_value": change.p_value,
+            f"{prefix}/{name}_gained": float(change.gained),
+            f"{prefix}/{name}_lost": float(change.lost),
         }
     for name, after_values in after.pass_k.items():  # the same items in the same order, before and after
         if len(before.pass_k.get(name, ())) == len(after_values):
             change = seed_mean([a - b for a, b in zip(after_values, before.pass_k[name], strict=True)])
             out |= {
-                f"eval_change/{name}": change.mean,
-                f"eval_change/{name}_ci_low": change.ci_low,
-                f"eval_change/{name}_ci_high": change.ci_high,
+                f"{prefix}/{name}": change.mean,
+                f"{prefix}/{name}_ci_low": change.ci_low,
+                f"{prefix}/{name}_ci_high": change.ci_high,
             }
     return out
 

@@ -114,6 +114,7 @@ def resumed_spec(folder: str | Path, given: list[str], cache_dir: Path) -> tuple
         resolved_config=config,
         cache_dir=cache_dir,
         extra_tags=spec.extra_tags,
+        in_multirun=spec.in_multirun,
     )
     return resumed, point
 

@@ -53,17 +53,17 @@ def _with_ci(m: dict[str, Any], prefix: str, name: str) -> str:
     return f"{value} [{100 * low:.0f}%, {100 * high:.0f}%]"
 
 
-def _items(m: dict[str, Any]) -> str:
-    """`, 32 items: differences under ~24 pts are noise`: what the eval set's size can tell apart."""
-    n = m.get("eval_after/num_samples") or m.get("eval_before/num_samples")
+def _items(m: dict[str, Any], part: str = "eval") -> str:
+    """`, 32 items: differences under ~24 pts are noise`: what the part's size can tell apart."""
+    n = m.get(f"{part}_after/num_samples") or m.get(f"{part}_before/num_samples")
     if not isinstance(n, int | float) or n <= 0:
         return ""
     return f", {int(n)} items: differences under ~{100 * detectable_difference(int(n)):.0f} pts are noise"
 
 
-def _change(m: dict[str, Any], name: str) -> list[str]:
+def _change(m: dict[str, Any], name: str, part: str = "eval") -> list[str]:
     """The paired change before -> after on the same items, when both evaluations ran."""
-    key = f"eval_change/{name}"
+    key = f"{part}_change/{name}"
     if not isinstance(m.get(key), int | float) or math.isnan(m[key]):
         return []
     if f"{key}_p_value" not in m:  # a sampled pass@k: the mean of per-item changes, with its t-interval
@@ -88,12 +88,20 @@ def _graders(m: dict[str, Any]) -> list[str]:
 
 
 def _graded(m: dict[str, Any]) -> list[str]:
-    """Per grader, before -> after with intervals and the paired change; the first line says what was evaluated."""
+    """Per grader, before -> after with intervals and the paired change, on validation (which choices read) and,
+    where graded, on test (which only reports); each part's first line says what was evaluated."""
     lines: list[str] = []
+    tested = any(k.startswith(("test_before/", "test_after/")) for k in m)
     for i, name in enumerate(_graders(m)):
-        note = f" (held-out, greedy{_items(m)})" if i == 0 else ""
+        note = f" (validation, greedy{_items(m)})" if i == 0 else ""
         lines += [f"  {name:<12} {_with_ci(m, 'eval_before', name)} -> {_with_ci(m, 'eval_after', name)}{note}"]
         lines += _change(m, name)
+        if tested:
+            note = f" (test{_items(m, 'test')}; reported, no choice read it)" if i == 0 else ""
+            lines += [
+                f"  {'  on test':<12} {_with_ci(m, 'test_before', name)} -> {_with_ci(m, 'test_after', name)}{note}"
+            ]
+            lines += _change(m, name, "test")
     return lines
 
 

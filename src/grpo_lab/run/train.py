@@ -111,7 +111,7 @@ class _Job:
 
     spec: JobSpec  # with `resume=`, the resumed run's folder and name
     resume: Resume | None
-    pair: Any  # data.DatasetPair: train and held-out eval
+    pair: Any  # data.DataParts: train, validation (`eval`) and test
     reward_funcs: list[Any]
     graders: list[Grader]  # held-out evaluation (eval.graders)
     tracker: Tracker
@@ -138,6 +138,11 @@ class _Job:
         return self.grpo_args.process_index == 0
 
     @property
+    def grades_test(self) -> bool:
+        """The main process of a single run grades the test part (a grid's or sweep's jobs leave it to the winner)."""
+        return self.main and self.cfg.eval.test and not self.spec.in_multirun
+
+    @property
     def talks_to_vllm_server(self) -> bool:
         """The process that generates through a vLLM server (`vllm_mode=server`: only the main one does)."""
         return self.main and self.grpo_args.use_vllm and self.grpo_args.vllm_mode == "server"
@@ -153,7 +158,10 @@ def _set_up(spec: JobSpec) -> _Job:
     reward_funcs = build_rewards(cfg.reward.functions)
     graders = build_graders(cfg.eval.graders)
     if cfg.eval.before or cfg.eval.after or cfg.eval.every_n_steps:
+        data_mod.check_graded_sizes(pair)
         check_can_judge(graders, pair.eval)
+        if cfg.eval.test:
+            check_can_judge(graders, pair.test)
     if cfg.reward.sandbox is not None:  # bubblewrap missing or broken: one line now, not at the first step
         from grpo_lab.sandbox import check_isolation
 
@@ -217,7 +225,8 @@ class Recorder:
         self.metrics: dict[str, float] = {}
         self.rows: list[dict[str, Any]] = []  # history.jsonl
         self.evals: list[dict[str, Any]] = []  # eval_periodic.jsonl
-        self.held_out: dict[str, EvalResult] = {}  # eval_before / eval_after, for the paired change
+        # eval_before / eval_after (validation), test_before / test_after: for the paired change
+        self.held_out: dict[str, EvalResult] = {}
         self.extra: dict[str, Any] = {}  # more metrics.json keys: resumed_from, params
         self.trainer: Any = None  # for the step reached when interrupted
         self.health: list[dict[str, Any]] = []  # grpo_lab.run.health events, as they fired
@@ -280,8 +289,9 @@ class Recorder:
         self.metrics |= result.metrics(name)
         self.folder.write_eval(name, result.samples)
         self.held_out[name] = result
-        if name == "eval_after" and "eval_before" in self.held_out:  # the same items, before and after
-            self.metrics |= change_metrics(self.held_out["eval_before"], result)
+        part, when = name.rsplit("_", 1)
+        if when == "after" and f"{part}_before" in self.held_out:  # the same items, before and after
+            self.metrics |= change_metrics(self.held_out[f"{part}_before"], result, f"{part}_change")
 
     def result(self, status: str, objective: float = float("nan"), **metrics: float) -> RunResult:
         job = self.job
@@ -485,8 +495,12 @@ def _evaluate_after(job: _Job, recorder: Recorder, model: Any, tokenizer: Any, r
         )
     if per_item and reporter.pruned:
         outcome.propose("pruned")
-    else:
-        recorder.add_eval("eval_after", after)
+        return
+    recorder.add_eval("eval_after", after)
+    if job.grades_test:  # after validation, which a sweep's pruner reads: the test part never prunes
+        with recorder.timed("test_after"):
+            test = evaluate(model, tokenizer, job.pair.test, job.cfg.eval, desc="test after", graders=job.graders)
+        recorder.add_eval("test_after", test)
 
 
 @contextlib.contextmanager
@@ -534,21 +548,31 @@ def _load_model(job: _Job, recorder: Recorder) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def _graded_parts(job: _Job) -> dict[str, Any]:
+    """The held-out parts this process grades before and after training, by metric prefix: validation, and the
+    test part where this job reports it."""
+    return {"eval": job.pair.eval} | ({"test": job.pair.test} if job.grades_test else {})
+
+
 def _evaluate_before(job: _Job, recorder: Recorder, model: Any, tokenizer: Any) -> None:
     if job.resume is not None:  # the evaluation before training belongs to the first part of the run
-        before = (job.resume.previous.get("metrics") or {}).items()
-        recorder.metrics |= {k: float(v) for k, v in before if k.startswith("eval_before/") and v is not None}
-        samples = job.folder.read_eval("eval_before") if job.main else []
-        if samples:  # its graded items, for the paired change after training
-            length = recorder.metrics.get("eval_before/mean_length", float("nan"))
-            names = [g.name for g in job.graders]
-            recorder.held_out["eval_before"] = read_back(samples, names, length, job.cfg.eval)
+        previous = (job.resume.previous.get("metrics") or {}).items()
+        for part in _graded_parts(job):
+            name = f"{part}_before"
+            recorder.metrics |= {k: float(v) for k, v in previous if k.startswith(f"{name}/") and v is not None}
+            samples = job.folder.read_eval(name) if job.main else []
+            if samples:  # its graded items, for the paired change after training
+                length = recorder.metrics.get(f"{name}/mean_length", float("nan"))
+                names = [g.name for g in job.graders]
+                recorder.held_out[name] = read_back(samples, names, length, job.cfg.eval)
     elif job.cfg.eval.before and job.main:
-        with recorder.timed("eval_before"):
-            before_eval = evaluate(
-                model, tokenizer, job.pair.eval, job.cfg.eval, desc="eval before", graders=job.graders
-            )
-        recorder.add_eval("eval_before", before_eval)
+        for part, dataset in _graded_parts(job).items():
+            name = f"{part}_before"
+            with recorder.timed(name):
+                result = evaluate(
+                    model, tokenizer, dataset, job.cfg.eval, desc=name.replace("_", " "), graders=job.graders
+                )
+            recorder.add_eval(name, result)
         job.tracker.log(dict(recorder.metrics))
 
 
