@@ -30,9 +30,11 @@ def compare(args: list[str], cwd: Path, cache: Path) -> subprocess.CompletedProc
 def grid(tmp_path_factory, model_cache):
     """A two-job grid whose objective differs between the jobs."""
     cwd = tmp_path_factory.mktemp("grid")
-    proc = run_cli(["-m", *FAST, "lr=1e-5,5e-3", "objective.metric=train/reward_end"], cwd, model_cache)
+    args = ["-m", *FAST, "output.save_model=true", "lr=1e-5,5e-3", "objective.metric=train/reward_end"]
+    proc = run_cli(args, cwd, model_cache)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (folder,) = {p.parent.parent for p in (cwd / "outputs" / "multirun").rglob("metrics.json")}
+    (folder / "answer.txt").write_text(proc.stdout)  # for the tests of the answer itself
     return cwd, folder
 
 
@@ -72,8 +74,23 @@ def test_a_grids_jobs_leave_the_test_part_ungraded(grid):
         metrics = json.loads(metrics_file.read_text())["metrics"]
         assert "eval_after/accuracy" in metrics
         assert not [k for k in metrics if k.startswith("test_")], metrics_file
-        assert not list(metrics_file.parent.glob("test_*.jsonl"))
+        assert not (metrics_file.parent / "test_before.jsonl").exists()
         assert json.loads((metrics_file.parent / "job.json").read_text())["in_multirun"] is True
+    # Once chosen, the winner alone is graded on the test part, and the answer says the choice did not read it.
+    winner = max(folder.rglob("metrics.json"), key=lambda f: json.loads(f.read_text())["objective"]["value"]).parent
+    report = json.loads((folder / "test.json").read_text())
+    assert report["chosen_by"] == "train/reward_end" and list(report["graded"]) == [str(winner)]
+    graded = report["graded"][str(winner)]
+    assert graded["test_after/num_samples"] == 20
+    assert (
+        graded["test_after/accuracy_ci_low"] <= graded["test_after/accuracy"] <= graded["test_after/accuracy_ci_high"]
+    )
+    tested = [json.loads(line)["question"] for line in (winner / "test_after.jsonl").open()]
+    validated = {json.loads(line)["question"] for line in (winner / "eval_after.jsonl").open()}
+    assert len(tested) == 20 and not set(tested) & validated
+    assert [p.parent for p in folder.rglob("test_after.jsonl")] == [winner]
+    answer = (folder / "answer.txt").read_text()
+    assert "Test part, graded after choosing (the choice read train/reward_end, never these items):" in answer
 
 
 def test_export_the_best_and_run_it_again(grid, model_cache):

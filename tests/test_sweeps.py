@@ -188,9 +188,8 @@ def test_swept_reward_weights_need_a_weight_free_objective_and_pruning_signal(tm
 # --------------------------------------------------------------------------------------- full sweeps
 def test_grpo_sweep_runs_trials_tracks_them_and_best_yaml_reruns(tmp_path, model_cache):
     confirming = ["hydra.sweeper.confirm.top_k=1", "hydra.sweeper.confirm.seeds=1"]
-    proc = run_cli(
-        ["-m", "sweep=grpo", *FAST, "hydra.sweeper.n_trials=3", *confirming], tmp_path, model_cache, timeout=600
-    )
+    args = ["-m", "sweep=grpo", *FAST, "output.save_model=true", "hydra.sweeper.n_trials=3", *confirming]
+    proc = run_cli(args, tmp_path, model_cache, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     study = load_study(tmp_path, "grpo")
     finished = study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
@@ -226,6 +225,22 @@ def test_grpo_sweep_runs_trials_tracks_them_and_best_yaml_reruns(tmp_path, model
     assert best["trial"] == again.user_attrs["confirm_of"] == best["confirm"][0]["trial"]
     assert best["confirm"][0]["values"] == [study.trials[best["trial"]].value, again.value]
     assert best["command"].startswith("python -m grpo_lab ")
+    # The test part: no trial graded it; once chosen, each seed's run of the best config is, with their mean.
+    seeds = [sweep_dir / f"trial_{n}" for n in (best["trial"], again.number)]
+    for trial in study.trials:
+        metrics = json.loads((sweep_dir / f"trial_{trial.number}" / "metrics.json").read_text())["metrics"]
+        assert not [k for k in metrics if k.startswith("test_")]
+    report = json.loads((sweep_dir / "test.json").read_text())
+    assert report["chosen_by"] == "eval_after/accuracy (mean over seeds)" and not report["missing"]
+    assert sorted(report["graded"]) == sorted(map(str, seeds))
+    assert all(m["test_after/num_samples"] == 20 for m in report["graded"].values())
+    for run_dir in seeds:
+        tested = {json.loads(line)["question"] for line in (run_dir / "test_after.jsonl").open()}
+        validated = {json.loads(line)["question"] for line in (run_dir / "eval_after.jsonl").open()}
+        assert len(tested) == 20 and not tested & validated
+        assert (run_dir / "model" / "config.json").is_file()  # kept for it: every seed of the chosen config
+    assert "Test part, graded after choosing (the choice read eval_after/accuracy (mean over seeds)" in proc.stdout
+    assert "accuracy: mean over 2 seeds" in proc.stdout
     # Re-run the winner exactly as best.yaml says, and find its parameters in the new run's config.
     args = best["command"].split()[3:]
     (tmp_path / "rerun").mkdir()

@@ -23,6 +23,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from grpo_lab.errors import one_line
+
 log = logging.getLogger("grpo_lab")
 
 # The config of the multirun that started and has not printed its end yet (at most one per process), and when it
@@ -76,11 +78,31 @@ def show(folder: Path) -> None:
         failures = _failures(board)
         lines = [leaderboard.heading(board), leaderboard.as_text(board), *(["", *failures] if failures else [])]
         lines += ["", *_winner(board)]
+        lines += _winners_test(board, folder)
     lines.append(f"Leaderboard: {', '.join(str(p) for p in written)}")
     lines.append(f"Plots and --export: python -m grpo_lab.compare {shlex.quote(str(folder))}")
     if any(folder.glob("*/wandb/offline-run-*")):
         lines.append(f"Upload its W&B runs: wandb sync {shlex.quote(str(folder))}/*/wandb/offline-run-*")
     print(redact("\n".join(lines)), flush=True)
+
+
+def _winners_test(board: Any, folder: Path) -> list[str]:
+    """The winner's test part, graded now that it is chosen (grpo_lab.run.test_report), and `test.json` in the
+    multirun folder; nothing for a tie (nothing was chosen) or a run without a job spec or a kept model."""
+    from grpo_lab import files
+    from grpo_lab.run.test_report import grade
+
+    ranking, metric = board.ranking, board.source.metrics[0]
+    best = ranking.leader
+    if best is None or ranking.tied or best.record.run_dir is None or not best.record.run_dir.is_dir():
+        return []
+    try:
+        report = grade([best.record.run_dir], chosen_by=metric)
+    except Exception as e:  # the data or the model cannot be loaded again: the answer stands without it
+        return ["", f"Test part not graded: {one_line(e)}"]
+    files.write_json(folder / "test.json", report.as_json())
+    lines = report.lines()
+    return ["", *lines] if lines else []
 
 
 def _failures(board: Any) -> list[str]:

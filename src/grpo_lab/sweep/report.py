@@ -58,6 +58,22 @@ def trials_table(study: Any, metrics: list[str], ranking: Ranking | None = None)
     return "\n".join(lines)
 
 
+def chosen_runs(study: Any, ranking: Ranking) -> list[Path]:
+    """The run folders of what the sweep chose, for its test part (grpo_lab.run.test_report): every seed's run of
+    the best confirmed config, else the best trial's; none with several objectives (a front, not a choice)."""
+    if len(ranking.directions) != 1:
+        return []
+    if ranking.configs:
+        best = ranking.configs[0].trial
+        trials = [
+            t for t in study.get_trials(deepcopy=False) if best in (t.number, t.user_attrs.get(confirm.CONFIRM_OF))
+        ]
+    else:
+        trials = [ranking.leader.record] if ranking.leader is not None else []
+    found = [t.user_attrs.get("run_dir") for t in sorted(trials, key=lambda t: t.number) if t.state.name == "COMPLETE"]
+    return [Path(run_dir) for run_dir in found if run_dir]
+
+
 def _entry(entry: Entry, metrics: list[str]) -> dict[str, Any]:
     t = entry.record
     return {

@@ -6,7 +6,8 @@ of every trial that is not (or no longer) among the best `k` (or, with several o
 Pareto front). Pruned and failed trials never keep theirs.
 
 - `all`:  every trial keeps its model (what a single run does).
-- `best`: the best `keep_top_k` trials keep theirs (default 1).
+- `best`: the best `keep_top_k` trials keep theirs (default 1), and, after confirmation runs, every seed's run of
+  the best config (its test part is graded over those seeds: grpo_lab.run.test_report).
 - `none`: trials do not save a model at all (`output.save_model=false` is passed to each job).
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 
 from grpo_lab.evaluation.ranking import Ranking, from_trials
 from grpo_lab.run.folder import RunFolder
+from grpo_lab.sweep.confirm import CONFIRM_OF
 
 log = logging.getLogger("grpo_lab")
 
@@ -30,7 +32,13 @@ def kept_trials(ranking: Ranking, policy: str, top_k: int) -> list[Any]:
     if policy == "best" and len(ranking.directions) > 1:
         return [e.record for e in ranking.best]
     ranked = [e.record for e in ranking.ranked]
-    return ranked if policy == "all" else ranked[:top_k]
+    if policy == "all":
+        return ranked
+    kept = ranked[:top_k]
+    if ranking.configs:  # every seed's run of the best confirmed config: its test part is graded over the seeds
+        best = ranking.configs[0].trial
+        kept += [t for t in ranked if t not in kept and best in (t.number, t.user_attrs.get(CONFIRM_OF))]
+    return kept
 
 
 def model_path(trial: Any) -> Path | None:

@@ -251,9 +251,31 @@ class GrpoOptunaSweeper(Sweeper):
             print(f"\n{label}: {', '.join('#' + str(e.trial) for e in ranking.best)}{tie}  (details in {best})")
             for entry in ranking.best[:5]:
                 print(f"  #{entry.trial}: {redact(entry.command)}")
+        self._report_test(plan, ranking)
         if kept:
             print(f"Kept models (keep_models={s.keep_models}): " + ", ".join(str(p) for p in kept), flush=True)
         print(f"Dashboard: optuna-dashboard {redact(url)}", flush=True)  # the user knows the password
+
+    def _report_test(self, plan: Plan, ranking: Ranking) -> None:
+        """What the sweep chose, graded on the test part now that it is chosen (grpo_lab.run.test_report): every
+        seed's run of a confirmed config, else the best trial; `test.json` beside best.yaml."""
+        from grpo_lab.errors import one_line
+        from grpo_lab.files import write_json
+        from grpo_lab.run.test_report import grade
+        from grpo_lab.sweep.report import chosen_runs
+
+        runs = chosen_runs(plan.study, ranking)
+        if not runs:
+            return
+        chosen_by = plan.metrics[0] + (" (mean over seeds)" if ranking.configs else "")
+        try:
+            report = grade(runs, chosen_by=chosen_by)
+        except Exception as e:  # its data or model cannot be loaded again: the sweep's answer stands without it
+            print(f"\nTest part not graded: {redact(one_line(e))}", flush=True)
+            return
+        write_json(self.sweep_dir / "test.json", report.as_json())
+        if lines := report.lines():
+            print("\n" + redact("\n".join(lines)), flush=True)
 
     # ----------------------------------------------------------------------------------------- trials
     def _trial_overrides(self, plan: Plan, trial: Any, trial_id: int, arguments_keys: set[str]) -> list[str]:
