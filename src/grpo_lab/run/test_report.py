@@ -64,7 +64,7 @@ class TestReport:
 def grade(run_dirs: list[Path], chosen_by: str) -> TestReport:
     """Grade the test part of each run's kept model (never raises for a run that cannot be graded: it is listed)."""
     report = TestReport(chosen_by)
-    for run_dir in run_dirs:
+    for run_dir in (Path(d).resolve() for d in run_dirs):
         try:
             report.graded[str(run_dir)] = _grade_one(RunFolder(run_dir))
         except _NotGradable as e:
