@@ -275,3 +275,106 @@ def test_check_rewards_sees_a_signal_and_its_absence(tmp_path, model_cache):
     bad = check_rewards(["experiment=smoke", "lr=abc"], tmp_path, model_cache)
     (line,) = bad.stderr.strip().splitlines()
     assert bad.returncode == 1 and "`lr" in line and "must be a number" in line
+
+
+# ------------------------------------------------------------------------------ divergence: reward up, grader down
+def _feed(monitor: Monitor, rewards: list[float], evals: dict[int, list[bool]], every: int) -> list:
+    """Logs of `rewards` (step 1 on) with evaluations during training at `evals`' steps (step 0: before training),
+    in the trainer's order: the evaluation at a step's end, then that step's log."""
+    if 0 in evals:
+        monitor.observe_eval(0, {"accuracy": evals[0]})
+    fired = []
+    for step, reward in enumerate(rewards, start=1):
+        if step in evals:
+            monitor.observe_eval(step, {"accuracy": evals[step]})
+        fired += monitor.observe(step, {"reward": reward, "reward_std": 0.3})
+    return fired
+
+
+RISING = [0.1, 0.12, 0.11, 0.13, 0.3, 0.32, 0.31, 0.33, 0.6, 0.62, 0.61, 0.63]
+FLAT = [0.3, 0.32, 0.31, 0.33] * 3
+GOOD, BAD = [True] * 15 + [False] * 5, [True] * 3 + [False] * 17  # 75% -> 15% of the same 20 items
+
+
+def test_divergence_fires_when_the_reward_rises_and_a_grader_falls_each_beyond_its_noise():
+    monitor = Monitor(config())
+    fired = _feed(monitor, RISING, {0: GOOD, 4: GOOD, 8: GOOD, 12: BAD}, every=4)
+    (event,) = fired
+    assert (event.rule, event.step, event.action, event.flag) == ("divergence", 12, "warn", "reward-vs-validation")
+    assert event.values["eval/accuracy_best"] == 0.75 and event.values["eval/accuracy"] == 0.15
+    assert event.values["reward_now"] > event.values["reward_then"]
+    assert "12 lost" in event.message and "McNemar p" in event.message and "Welch p" in event.message
+
+
+@pytest.mark.parametrize(
+    ("rewards", "evals", "why"),
+    [
+        (FLAT, {0: GOOD, 4: GOOD, 8: GOOD, 12: BAD}, "the reward did not rise: a grader falling alone is not it"),
+        (RISING, {0: GOOD, 4: GOOD, 8: GOOD, 12: GOOD[1:] + [False]}, "a drop of one item is noise, not a fall"),
+        (RISING, {0: GOOD, 12: BAD}, "two evaluations: too few to judge"),
+        (RISING, {0: BAD, 4: BAD, 8: GOOD, 12: GOOD}, "the grader rose with the reward: healthy learning"),
+        (list(reversed(RISING)), {0: GOOD, 4: GOOD, 8: GOOD, 12: BAD}, "both fell: not this rule's pattern"),
+    ],
+)
+def test_divergence_stays_silent_without_two_real_changes_in_opposite_directions(rewards, evals, why):
+    assert not _feed(Monitor(config()), rewards, evals, every=4), why
+
+
+def test_divergence_judges_against_the_best_evaluation_so_far_not_the_last():
+    """A slow slide, each step within the noise of the one before, still fires against the best evaluation."""
+    slide = {0: GOOD, 4: GOOD[:13] + [False] * 7, 8: GOOD[:9] + [False] * 11, 12: BAD}
+    (event,) = _feed(Monitor(config()), RISING, slide, every=4)
+    assert event.values["eval/accuracy_best"] == 0.75 and "at step 0" in event.message
+
+
+def test_divergence_stop_ends_training_and_ignore_silences_it():
+    stop = Monitor(config(divergence="stop"))
+    _feed(stop, RISING, {0: GOOD, 4: GOOD, 8: GOOD, 12: BAD}, every=4)
+    assert stop.stop is not None and stop.stop.rule == "divergence"
+    assert not _feed(Monitor(config(divergence="ignore")), RISING, {0: GOOD, 4: GOOD, 8: GOOD, 12: BAD}, every=4)
+
+
+HACKED = [
+    "experiment=smoke",
+    "seed=3",
+    "lr=1e-2",
+    "beta=0",
+    "max_steps=30",
+    "num_generations=8",
+    "trainer.per_device_train_batch_size=16",
+    "data.train_size=64",
+    "output.save_model=false",
+    "~reward.functions.length",
+    "~reward.weights.length",
+    "+reward.functions.digits._target_=learnable_rewards.digit_share",
+    "+reward.weights.digits=1.0",
+    "eval/graders=none",
+    "+eval.graders.words={_target_: learnable_rewards.few_digits}",
+    "objective.metric=eval_after/words",
+    "eval.every_n_steps=5",
+]
+
+
+def test_a_run_whose_reward_pays_for_what_the_grader_does_not_raises_the_divergence_alarm(tmp_path, model_cache):
+    """A real run: the reward pays for digits, the validation grader wants few. The alarm is recorded as an
+    event (metrics.json, the W&B summary), named in compare's health column, and `stop` ends training there."""
+    proc = run_cli(HACKED, tmp_path, model_cache, PYTHONPATH=str(REPO / "tests"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = {p.parent for p in tmp_path.glob("outputs/runs/*/*/metrics.json")}
+    record = json.loads((run_dir / "metrics.json").read_text())
+    (event,) = [e for e in record["health"] if e["rule"] == "divergence"]
+    assert event["action"] == "warn" and event["step"] % 5 == 0 and event["step"] >= 10
+    assert event["values"]["reward_now"] > event["values"]["reward_then"]
+    assert event["values"]["eval/words"] < event["values"]["eval/words_best"]
+    assert record["status"] == "finished" and record["metrics"]["train/steps"] == 30
+    assert "Health (reward-vs-validation)" in proc.stderr
+    (wandb_run,) = find_runs(run_dir)
+    assert read_run(wandb_run).summary["health/divergence"] == event["step"]
+    assert health(RunRecord("r", "finished", 0.0, health=record["health"], run_dir=run_dir)) == ["reward-vs-validation"]
+    # As `stop`: training ends at the step the alarm fired.
+    stopped = tmp_path / "stop"
+    stopped.mkdir()
+    proc = run_cli([*HACKED, "health.divergence=stop"], stopped, model_cache, PYTHONPATH=str(REPO / "tests"))
+    (metrics_file,) = stopped.glob("outputs/runs/*/*/metrics.json")
+    record = json.loads(metrics_file.read_text())
+    assert record["status"] == "stopped" and record["metrics"]["train/steps"] == event["step"], record["status"]

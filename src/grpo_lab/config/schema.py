@@ -278,6 +278,7 @@ class HealthConfig(_Schema):
     logp_diff_max: float = Field(gt=0)
     is_ratio_min: float = Field(gt=0, lt=1, description="the healthy band must hold 1")
     is_ratio_max: float = Field(gt=1, description="the healthy band must hold 1")
+    divergence: Action
 
 
 class VllmServerConfig(_Schema):

@@ -108,16 +108,21 @@ class MetricsProgressBar(ProgressCallback):
 class PeriodicEval(TrainerCallback):
     """The held-out evaluation every `every` steps (main process): recorded, and offered to the pruner."""
 
-    def __init__(self, every: int | None, evaluate: Any, recorder: Any, reporter: Any, outcome: Outcome) -> None:
+    def __init__(
+        self, every: int | None, evaluate: Any, recorder: Any, reporter: Any, outcome: Outcome, monitor: Any
+    ) -> None:
         self.every, self.evaluate, self.recorder = every, evaluate, recorder
-        self.reporter, self.outcome = reporter, outcome
+        self.reporter, self.outcome, self.monitor = reporter, outcome, monitor
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         step = state.global_step
         if not self.every or step % self.every or step >= state.max_steps or not state.is_world_process_zero:
             return
-        metrics = self.evaluate(model, processing_class, desc=f"eval at step {step}").scores()
+        result = self.evaluate(model, processing_class, desc=f"eval at step {step}")
+        metrics = result.scores()
         self.recorder.log_eval(step, metrics)
+        # Item by item, for the divergence rule (grpo_lab.run.health), judged with the next log.
+        self.monitor.observe_eval(step, {name: result.outcomes(name) for name in result.shares})
         if self.reporter is not None and self.reporter.observe_eval(step, metrics):
             self.outcome.propose("pruned")
 

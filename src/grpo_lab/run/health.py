@@ -8,7 +8,10 @@ A GRPO run is worth watching on four numbers, and each has a failure that burns 
 - the mean completion length jumping away from its rolling median (collapse, or rambling);
 - `completions/clipped_ratio` near 1 (completions are cut off at max_completion_length);
 - with vLLM generating, its log-probs of the sampled tokens far from the trainer's (stale weights: the
-  completions come from another policy than the one trained).
+  completions come from another policy than the one trained);
+- the training reward rising beyond its noise while a validation grader falls beyond its own, over the
+  evaluations during training (`eval.every_n_steps`): the policy learns what the reward pays for and not what the
+  task asks (reward hacking; TRL issue 2959: the reward reached 1.0 while accuracy collapsed).
 
 :class:`Monitor` is a state machine over the trainer's log rows: training feeds it live (grpo_lab.run.train,
 on the main process; a `stop` decision is broadcast to all ranks like pruning), and `compare` replays a
@@ -33,12 +36,14 @@ FLAGS = {
     "length": "length-jump",
     "clipped": "clipped",
     "vllm_mismatch": "vllm-mismatch",
+    "divergence": "reward-vs-validation",
 }
 _LENGTH = "completions/mean_length"
 # TRL logs these only when vLLM generates (and vllm_importance_sampling_correction is on, its default).
 _LOGP_DIFF = "sampling/sampling_logp_difference/mean"
 _IS_RATIO = "sampling/importance_sampling_ratio/mean"
 _WINDOW = 10  # logs in the rolling median of the completion length
+_MIN_EVALS = 3  # evaluations during training before the divergence rule may judge
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,11 @@ class Monitor:
         # Whether any log so far showed a learning signal (reward spread within groups): a trial that never
         # had one is dead, one whose signal faded for a few logs (e.g. 1 prompt a step, all right) is not.
         self.signal_seen = False
+        # The divergence rule's inputs: each logged training reward, and each evaluation during training as
+        # its step and, per grader, which validation items passed (the same items every time).
+        self._rewards: list[tuple[int, float]] = []
+        self._evals: list[tuple[int, dict[str, list[bool]]]] = []
+        self._judged = 0  # evaluations the divergence rule has judged
 
     @property
     def stop(self) -> Event | None:
@@ -86,9 +96,19 @@ class Monitor:
         return next((e for e in self.events if e.action == "stop"), None)
 
     def observe(self, step: int, logs: dict[str, Any]) -> list[Event]:
-        fired = [e for e in (self._nonfinite(step, logs), *self._streaks(step, logs), self._length(step, logs)) if e]
+        if (reward := _number(logs.get("reward"))) is not None and math.isfinite(reward):
+            self._rewards.append((step, reward))
+        rules = (self._nonfinite(step, logs), *self._streaks(step, logs), self._length(step, logs), self._divergence())
+        fired = [e for e in rules if e]
         self.events += fired
         return fired
+
+    def observe_eval(self, step: int, outcomes: dict[str, list[bool]]) -> None:
+        """An evaluation during training (or before it: step 0): per grader, whether each validation item passed.
+        Judged with the next log, which carries the reward of the evaluation's step."""
+        self._evals.append((step, outcomes))
+        if step == 0:
+            self._judged = len(self._evals)  # a baseline: nothing to judge yet
 
     # -------------------------------------------------------------------------------------- the rules
     def _fire(self, rule: str, step: int, message: str, values: dict[str, float]) -> Event | None:
@@ -152,6 +172,55 @@ class Monitor:
         }
         return [self._fire(rule, step, *words[rule]()) if rule in due else None for rule in holds]
 
+    def _divergence(self) -> Event | None:
+        """The reward rose beyond its noise (Welch's t-test, the reward logs up to the grader's best evaluation so
+        far against those up to the latest one) while a grader fell beyond its own (McNemar's exact test on the
+        same validation items, the best evaluation so far against the latest): not a raw drop, two real changes
+        in opposite directions. Judged once per evaluation, from the third on (the one before training counts)."""
+        from grpo_lab.evaluation.stats import ALPHA, paired_change, welch_p
+
+        if len(self._evals) == self._judged:
+            return None
+        self._judged = len(self._evals)
+        if len(self._evals) < _MIN_EVALS:
+            return None
+        (step, now), earlier = self._evals[-1], self._evals[:-1]
+        for name, passed in now.items():
+            runs = [(s, o[name]) for s, o in earlier if len(o.get(name, ())) == len(passed) and passed]
+            if not runs:
+                continue
+            best_step, best = max(runs, key=lambda r: sum(r[1]) / len(r[1]))  # the first best: the earliest
+            change = paired_change(best, passed)
+            if not (change.change < 0 and change.p_value < ALPHA):
+                continue
+            then, latest = self._window(best_step), self._window(step)
+            if len(then) < 2 or len(latest) < 2 or _mean(latest) <= _mean(then):
+                continue
+            if not (p_reward := welch_p([r for _, r in then], [r for _, r in latest])) < ALPHA:
+                continue
+            r0, r1 = _mean(then), _mean(latest)
+            return self._fire(
+                "divergence",
+                step,
+                f"the training reward rose from {r0:.3g} (steps {then[0][0]}-{then[-1][0]}) to {r1:.3g} (steps "
+                f"{latest[0][0]}-{latest[-1][0]}; Welch p = {p_reward:.2g}) while validation `{name}` fell from "
+                f"{change.before:.1%} at step "
+                f"{best_step} to {change.after:.1%} (the same {change.n} items: {change.lost} lost, {change.gained} "
+                f"gained, McNemar p = {change.p_value:.2g}): the policy learns what the reward pays for, not what "
+                "the grader checks (reward hacking). Read the completions (W&B's completions table, or "
+                "`trainer.log_completions=true`), fix the reward, or train for fewer steps.",
+                {"reward_then": r0, "reward_now": r1, f"eval/{name}_best": change.before, f"eval/{name}": change.after},
+            )
+        return None
+
+    def _window(self, step: int) -> list[tuple[int, float]]:
+        """The reward logs of the evaluation interval that ends at `step` (back to the evaluation before it); for
+        the evaluation before training (step 0), the first interval's: the reward as training started."""
+        if step == 0:
+            step = min((s for s, _ in self._evals if s > 0), default=step)
+        start = max((s for s, _ in self._evals if s < step), default=0)
+        return [(s, r) for s, r in self._rewards if start < s <= step]
+
     def _length(self, step: int, logs: dict[str, Any]) -> Event | None:
         length = _number(logs.get(_LENGTH))
         if length is None or not math.isfinite(length):
@@ -171,6 +240,10 @@ class Monitor:
             "`trainer.log_completions=true`); a collapse often follows a too-high `lr`.",
             {_LENGTH: length, "median": median},
         )
+
+
+def _mean(logs: list[tuple[int, float]]) -> float:
+    return statistics.fmean(r for _, r in logs)
 
 
 def _vllm_mismatch(logp_diff: float | None, is_ratio: float | None, cfg: HealthConfig) -> bool:

@@ -587,8 +587,12 @@ def _callbacks(job: _Job, recorder: Recorder, reporter: Any, outcome: Outcome) -
         run_eval = functools.partial(
             evaluate, dataset=job.pair.eval, cfg=job.cfg.eval, graders=job.graders, sampled=False
         )
-        found.append(callbacks.PeriodicEval(job.cfg.eval.every_n_steps, run_eval, recorder, reporter, outcome))
-        watch = callbacks.HealthWatch(health.Monitor(job.cfg.health), recorder, outcome)
+        monitor = health.Monitor(job.cfg.health)
+        if (before := recorder.held_out.get("eval_before")) is not None:  # the divergence rule's baseline
+            monitor.observe_eval(0, {name: before.outcomes(name) for name in before.shares})
+        every = job.cfg.eval.every_n_steps
+        found.append(callbacks.PeriodicEval(every, run_eval, recorder, reporter, outcome, monitor))
+        watch = callbacks.HealthWatch(monitor, recorder, outcome)
         found.append(watch)
         if reporter is not None:
             found.append(callbacks.SweepPruning(reporter, watch, outcome))
