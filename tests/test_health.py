@@ -310,7 +310,7 @@ def test_divergence_fires_when_the_reward_rises_and_a_grader_falls_each_beyond_i
     ("rewards", "evals", "why"),
     [
         (FLAT, {0: GOOD, 4: GOOD, 8: GOOD, 12: BAD}, "the reward did not rise: a grader falling alone is not it"),
-        (RISING, {0: GOOD, 4: GOOD, 8: GOOD, 12: GOOD[1:] + [False]}, "a drop of one item is noise, not a fall"),
+        (RISING, {0: GOOD, 4: GOOD, 8: GOOD, 12: [*GOOD[1:], False]}, "a drop of one item is noise, not a fall"),
         (RISING, {0: GOOD, 12: BAD}, "two evaluations: too few to judge"),
         (RISING, {0: BAD, 4: BAD, 8: GOOD, 12: GOOD}, "the grader rose with the reward: healthy learning"),
         (list(reversed(RISING)), {0: GOOD, 4: GOOD, 8: GOOD, 12: BAD}, "both fell: not this rule's pattern"),

@@ -166,6 +166,36 @@ def _objective(c: Checking) -> list[Problem]:
     return []
 
 
+def _keep(c: Checking) -> list[Problem]:
+    """`output.keep=best|top_k` chooses a step by the validation objective over the evaluations during training."""
+    run = c.run
+    keep = run.output.keep
+    if keep == "last":
+        return []
+    if not run.eval.every_n_steps:
+        must = "chooses a step by the evaluations during training: set `eval.every_n_steps=N` too (or keep=last)."
+        return [Problem("output.keep", "rule", keep, must)]
+    metric = run.objective.metric
+    prefix, _, name = metric.partition("/")
+    if prefix != "eval_after" or name not in run.eval.graders:  # what the evaluations during training grade
+        must = (
+            f"chooses a step by the validation objective, a greedy `eval_after/<grader>`; the objective is {metric}: "
+            "set `objective.metric=eval_after/<grader>` (or keep=last)."
+        )
+        return [Problem("output.keep", "rule", keep, must)]
+    if run.launcher.num_processes > 1:
+        must = "is not supported with several processes yet (its checkpoint choice is the main process's): keep=last."
+        return [Problem("output.keep", "rule", keep, must)]
+    return []
+
+
+def _keep_one_objective(c: Checking) -> list[Problem]:
+    if c.run.output.keep == "last" or len(c.sweep.metrics) == 1:
+        return []
+    must = f"chooses a step by one objective; this sweep has {len(c.sweep.metrics)} (a front, not a best): keep=last."
+    return [Problem("output.keep", "rule", c.run.output.keep, must)]
+
+
 def _value(kwargs: Mapping[str, Any], name: str) -> Any:
     """The field as GRPOConfig will see it: set by the user or grpo_lab, else TRL's literal default."""
     if name in kwargs:
@@ -326,6 +356,7 @@ RULES: tuple[Rule, ...] = (
     Rule("trainer values of TRL's types, choices and workable ranges", _trainer_values),
     Rule("the launcher can start the processes asked for", _launcher),
     Rule("the objective is a metric the run produces", _objective),
+    Rule("output.keep chooses by a validation objective evaluated during training", _keep),
     Rule("generation batches hold whole groups", _batch_shape),
     Rule("the reward schedule's points, and the weight it owns", _schedule),
     Rule("epsilon_high is at least epsilon", _epsilon_high),
@@ -450,6 +481,7 @@ SWEEP_RULES: tuple[Rule, ...] = (
     Rule("no objective or pruning signal the swept weights scale", _weight_free, "sweep"),
     Rule("a per-item pruner has one held-out proportion to compare", _per_item, "sweep"),
     Rule("a pruner never waits for a sampled objective", _sampled, "sweep"),
+    Rule("output.keep chooses by one objective", _keep_one_objective, "sweep"),
 )
 
 

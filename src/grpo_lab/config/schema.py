@@ -297,6 +297,10 @@ class VllmServerConfig(_Schema):
 
 class OutputConfig(_Schema):
     save_model: bool
+    # Which model the run ends with (grpo_lab.run.keep): the last step's, or the best by the validation objective
+    # over the evaluations during training (`best`; `top_k`: the top_k checkpoints stay, the best is the model).
+    keep: Literal["last", "best", "top_k"]
+    top_k: PositiveInt
 
 
 class TrialConfig(_Schema):

@@ -109,20 +109,33 @@ class PeriodicEval(TrainerCallback):
     """The held-out evaluation every `every` steps (main process): recorded, and offered to the pruner."""
 
     def __init__(
-        self, every: int | None, evaluate: Any, recorder: Any, reporter: Any, outcome: Outcome, monitor: Any
+        self,
+        every: int | None,
+        evaluate: Any,
+        recorder: Any,
+        reporter: Any,
+        outcome: Outcome,
+        monitor: Any,
+        keeper: Any = None,
     ) -> None:
         self.every, self.evaluate, self.recorder = every, evaluate, recorder
         self.reporter, self.outcome, self.monitor = reporter, outcome, monitor
+        self.keeper = keeper  # grpo_lab.run.keep.Keeper with output.keep=best|top_k: the last step is a candidate too
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         step = state.global_step
-        if not self.every or step % self.every or step >= state.max_steps or not state.is_world_process_zero:
+        last = step >= state.max_steps
+        if not self.every or not state.is_world_process_zero or (last and self.keeper is None):
+            return
+        if step % self.every and not last:
             return
         result = self.evaluate(model, processing_class, desc=f"eval at step {step}")
         metrics = result.scores()
         self.recorder.log_eval(step, metrics)
         # Item by item, for the divergence rule (grpo_lab.run.health), judged with the next log.
         self.monitor.observe_eval(step, {name: result.outcomes(name) for name in result.shares})
+        if self.keeper is not None:
+            self.keeper.observe(step, metrics)
         if self.reporter is not None and self.reporter.observe_eval(step, metrics):
             self.outcome.propose("pruned")
 

@@ -105,6 +105,18 @@ def _graded(m: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _kept(m: dict[str, Any]) -> list[str]:
+    """output.keep=best|top_k: which step's model the run ended with, and what its numbers are worth."""
+    step, candidates = m.get("keep/step"), m.get("keep/candidates")
+    if not isinstance(step, int | float) or not isinstance(candidates, int | float):
+        return []
+    return [
+        f"  kept         step {int(step)}, the best of {int(candidates)} evaluations during training (output.keep): "
+        "the final evaluations grade its model; its validation number is the best of several, biased upward; "
+        "the test part's is not"
+    ]
+
+
 def _health(events: list[dict[str, Any]]) -> list[str]:
     """One line per health event (grpo_lab.run.health), or that nothing fired."""
     if not events:
@@ -163,6 +175,7 @@ def format_run(result: Any) -> str:
         f"{_num(m.get('train/completions/mean_length'), 1)} tokens",
         *_schedule(result.history),
         *_graded(m),
+        *_kept(m),
         f"  objective    {result.objective_metric} = {_num(result.objective, 4)}",
         *_health(result.health),
         *_sandbox(m),

@@ -230,6 +230,7 @@ class Recorder:
         self.extra: dict[str, Any] = {}  # more metrics.json keys: resumed_from, params
         self.trainer: Any = None  # for the step reached when interrupted
         self.health: list[dict[str, Any]] = []  # grpo_lab.run.health events, as they fired
+        self.keeper: Any = None  # grpo_lab.run.keep.Keeper, with output.keep=best|top_k
         self.closed = False
         self.rss_start_mb = _rss_mb()
         # A resumed run's record as it was: put back if this attempt ends before training a step.
@@ -452,6 +453,7 @@ def _train_and_evaluate(job: _Job, recorder: Recorder) -> RunResult:
         outcome = Outcome()
         trainer = _fit(job, recorder, model, tokenizer, reporter, outcome, server)
     if outcome.status is None:
+        _keep(recorder, trainer)
         if job.cfg.output.save_model:  # every process: sharded (DeepSpeed/FSDP) weights are gathered here
             trainer.save_model(str(job.folder.model_dir))
             if job.main:
@@ -459,7 +461,21 @@ def _train_and_evaluate(job: _Job, recorder: Recorder) -> RunResult:
         if job.main and job.cfg.eval.after:
             _evaluate_after(job, recorder, trainer.model, tokenizer, reporter, outcome)
     _release_vllm(trainer)
+    if recorder.keeper is not None and outcome.status is None:
+        recorder.keeper.prune(latest=None)  # the run is over: only the kept checkpoints stay
     return _close(job, recorder, outcome, reporter)
+
+
+def _keep(recorder: Recorder, trainer: Any) -> None:
+    """output.keep=best|top_k: the kept checkpoint's weights into the model that is saved and graded last."""
+    if recorder.keeper is None:
+        return
+    from grpo_lab.run.keep import load_kept
+
+    step = load_kept(trainer, recorder.keeper)
+    if step is not None:
+        recorder.metrics |= {"keep/step": float(step), "keep/candidates": float(len(recorder.keeper.scores))}
+        recorder.extra["keep"] = recorder.keeper.summary()
 
 
 def _close(job: _Job, recorder: Recorder, outcome: Outcome, reporter: Any) -> RunResult:
@@ -591,7 +607,15 @@ def _callbacks(job: _Job, recorder: Recorder, reporter: Any, outcome: Outcome) -
         if (before := recorder.held_out.get("eval_before")) is not None:  # the divergence rule's baseline
             monitor.observe_eval(0, {name: before.outcomes(name) for name in before.shares})
         every = job.cfg.eval.every_n_steps
-        found.append(callbacks.PeriodicEval(every, run_eval, recorder, reporter, outcome, monitor))
+        if job.cfg.output.keep != "last":
+            from grpo_lab.run.keep import Keeper
+
+            recorder.keeper = Keeper(job.cfg, job.ctx.output_dir, recorder.evals)
+        found.append(callbacks.PeriodicEval(every, run_eval, recorder, reporter, outcome, monitor, recorder.keeper))
+        if recorder.keeper is not None:
+            from grpo_lab.run.keep import KeepCheckpoints
+
+            found.append(KeepCheckpoints(recorder.keeper, every))
         watch = callbacks.HealthWatch(monitor, recorder, outcome)
         found.append(watch)
         if reporter is not None:
