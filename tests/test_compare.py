@@ -152,6 +152,10 @@ def test_clear_errors_for_bad_sources(tmp_path, model_cache):
     assert empty.returncode == 2 and "holds no runs" in empty.stderr
     wandb = compare(["me/project", "--group", "g"], tmp_path, model_cache)
     assert wandb.returncode == 2 and "needs a W&B login" in wandb.stderr
+    # A leaderboard chooses: ranking W&B runs by a test metric is refused, naming the validation metric.
+    for metric in ("test_after/accuracy", "test_change/format"):
+        by_test = compare(["me/project", "--group", "g", "--metric", metric], tmp_path, model_cache)
+        assert by_test.returncode == 2 and "eval_" + metric.removeprefix("test_") in by_test.stderr
 
 
 def _run(**series: list[float]) -> RunRecord:

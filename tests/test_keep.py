@@ -49,6 +49,8 @@ def check(*overrides: str) -> None:
         (["output.keep=top_k", "eval.every_n_steps=2", "objective.metric=train/reward_end"], ["eval_after/<grader>"]),
         (["output.keep=best", "eval.every_n_steps=2", "objective.metric=eval_after/mean_length"], ["eval_after/"]),
         (["output.keep=best", "eval.every_n_steps=2", "launcher=ddp", "launcher.num_processes=2"], ["processes"]),
+        (["output.keep=best", "eval.every_n_steps=2", "launcher=deepspeed_zero3"], ["DeepSpeed"]),
+        (["output.keep=top_k", "eval.every_n_steps=2", "+trainer.save_total_limit=2"], ["save_total_limit=2"]),
     ],
 )
 def test_keep_without_a_validation_objective_evaluated_during_training_is_one_line(overrides, needles):
@@ -58,12 +60,22 @@ def test_keep_without_a_validation_objective_evaluated_during_training_is_one_li
     one_line_naming(info.value, "output.keep", *needles)
 
 
-def test_keep_in_a_sweep_of_several_objectives_is_refused_before_any_trial(tmp_path, model_cache):
-    args = ["-m", "sweep=pareto", "experiment=smoke", "output.keep=best", "eval.every_n_steps=2"]
+@pytest.mark.parametrize(
+    ("sweep", "needle"),
+    [
+        (["sweep=pareto"], "one objective"),
+        (["sweep=lr_beta", "hydra.sweeper.objectives=[{metric: train/reward_end, direction: maximize}]"], "reward_end"),
+    ],
+)
+def test_keep_in_a_sweep_without_one_validation_objective_is_refused_before_any_trial(
+    tmp_path, model_cache, sweep, needle
+):
+    """The sweep's objective replaces each trial's: it is what a trial's step would be chosen by."""
+    args = ["-m", *sweep, "experiment=smoke", "output.keep=best", "eval.every_n_steps=2"]
     proc = run_cli(args, tmp_path, model_cache, timeout=120)
     assert proc.returncode != 0
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("Error")]
-    one_line_naming(line, "output.keep", "one objective")
+    one_line_naming(line, "output.keep", needle)
     assert not list((tmp_path / "outputs").rglob("metrics.json"))
 
 
@@ -96,16 +108,34 @@ def test_keep_best_ends_with_the_best_steps_model_graded_and_only_its_checkpoint
     one_line_naming(lines[0], "output.keep=best", f"latest is step {best}", "larger max_steps")
 
 
-def test_keep_top_k_keeps_k_checkpoints_best_first(tmp_path, model_cache):
-    proc = run_cli(
-        [*HACKED, "output.keep=top_k", "output.top_k=2"], tmp_path, model_cache, PYTHONPATH=str(REPO / "tests")
-    )
+def test_keep_top_k_keeps_k_checkpoints_best_first_and_leaves_the_users_own(tmp_path, model_cache):
+    """top_k checkpoints stay, best first; a checkpoint the user asked for at a step no evaluation scored
+    (trainer.save_steps=3: step 3) is not keep's to delete."""
+    args = [*HACKED, "output.keep=top_k", "output.top_k=2", "trainer.save_strategy=steps", "trainer.save_steps=3"]
+    proc = run_cli(args, tmp_path, model_cache, PYTHONPATH=str(REPO / "tests"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = {p.parent for p in tmp_path.glob("outputs/runs/*/*/metrics.json")}
     record = json.loads((run_dir / "metrics.json").read_text())
     scores = {int(k): v for k, v in record["keep"]["scores"].items()}
     ranked = sorted(scores, key=lambda s: (-scores[s], s))[:2]
     assert record["keep"]["steps"] == ranked and record["metrics"]["keep/step"] == ranked[0]
-    assert sorted(p.name for p in (run_dir / "trainer").glob("checkpoint-*")) == sorted(
-        f"checkpoint-{s}" for s in ranked
-    )
+    left = sorted(p.name for p in (run_dir / "trainer").glob("checkpoint-*"))
+    assert left == sorted({"checkpoint-3", *(f"checkpoint-{s}" for s in ranked)}), left
+
+
+def test_a_run_recorded_before_the_test_part_existed_is_refused_in_one_line_on_resume(tmp_path, model_cache):
+    """A job.json written by an earlier release (no test part, no output.keep): resuming it is one line, not a
+    validation traceback, and nothing is written into its folder."""
+    args = ["experiment=smoke", "trainer.save_strategy=steps", "trainer.save_steps=2", "output.save_model=false"]
+    assert run_cli(args, tmp_path, model_cache).returncode == 0
+    (run_dir,) = {p.parent for p in tmp_path.glob("outputs/runs/*/*/metrics.json")}
+    spec = json.loads((run_dir / "job.json").read_text())
+    del spec["run"]["data"]["test_size"], spec["run"]["eval"]["test"], spec["run"]["output"]["keep"]
+    (run_dir / "job.json").write_text(json.dumps(spec))
+    before = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()}
+    proc = run_cli([f"resume={run_dir}", "max_steps=6"], tmp_path, model_cache)
+    assert proc.returncode != 0
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("Error") or "ERROR" in x]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    one_line_naming(lines[0], "earlier grpo_lab", "`data.test_size`", "Run it again")
+    assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()} == before

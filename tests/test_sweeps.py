@@ -659,3 +659,29 @@ def test_workers_rewriting_best_yaml_at_once_never_break_each_other(tmp_path):
     errors = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
     assert all(code == 0 for code, _ in errors), [err[-2000:] for _, err in errors]
     assert yaml.safe_load(path.read_text())["study"] and not [p for p in tmp_path.iterdir() if p != path]
+
+
+def test_models_a_confirmation_may_still_choose_stay_until_it_has_chosen():
+    """keep_models=best, keep_top_k=1, confirming the best 2 configs: while the seeds run, both configs' search
+    trials and every confirmation run keep their models (whichever config the seeds' mean chooses, each of its
+    seeds is graded on the test part); once chosen, the best trial and every seed of the chosen config stay."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    from grpo_lab.evaluation.ranking import from_trials
+    from grpo_lab.sweep.retention import kept_trials
+
+    study = optuna.create_study(direction="maximize")
+    space = {"lr": FloatDistribution(1e-6, 1e-3, log=True)}
+
+    def trial(lr: float, value: float, **attrs) -> None:
+        study.add_trial(create_trial(params={"lr": lr}, distributions=space, value=value, user_attrs=attrs))
+
+    for i, value in enumerate([0.5, 0.4, 0.3]):  # the search: #0 leads, #1 second
+        trial(1e-4 * (i + 1), value)
+    trial(1e-4, 0.2, confirm_of=0, confirm_seed=43)  # #0's second seed: mean 0.35
+    trial(2e-4, 0.45, confirm_of=1, confirm_seed=43)  # #1's: mean 0.425, the chosen config
+    ranking = from_trials(study)
+    assert [c.trial for c in ranking.configs] == [1, 0]
+    assert sorted(t.number for t in kept_trials(ranking, "best", 1, candidates=2)) == [0, 1, 3, 4]
+    assert sorted(t.number for t in kept_trials(ranking, "best", 1)) == [1, 4]

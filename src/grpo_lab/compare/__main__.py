@@ -13,6 +13,7 @@ from pathlib import Path
 
 from grpo_lab.compare import export, leaderboard, plots
 from grpo_lab.compare.sources import Source, SourceError, from_folder, from_study, from_wandb
+from grpo_lab.config.metrics import TEST_PREFIXES
 from grpo_lab.redact import redact
 
 _STORAGE_PREFIXES = ("sqlite:", "postgresql", "mysql", "journal:")
@@ -45,6 +46,12 @@ def load_source(args: argparse.Namespace) -> Source:
             raise SourceError(f"{args.source} is not a folder; for a W&B project add --group NAME.")
         out = Path("outputs") / "compare" / args.group
         metric, direction = args.metric or "eval_after/accuracy", args.direction or "maximize"
+        if metric.partition("/")[0] in TEST_PREFIXES:  # a ranking chooses: on validation, never on test items
+            raise SourceError(
+                f"--metric {metric}: a leaderboard ranks and chooses, and test items only report: rank by the "
+                f"validation metric, --metric eval_{metric.partition('/')[0].removeprefix('test_')}/"
+                f"{metric.partition('/')[2]}."
+            )
         return from_wandb(args.source, args.group, metric, direction, out)
     _only_for_others(args)
     return from_folder(path)

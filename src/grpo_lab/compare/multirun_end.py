@@ -94,8 +94,12 @@ def _winners_test(board: Any, folder: Path) -> list[str]:
 
     ranking, metric = board.ranking, board.source.metrics[0]
     best = ranking.leader
-    if best is None or ranking.tied or best.record.run_dir is None or not best.record.run_dir.is_dir():
+    if best is None or best.record.run_dir is None or not best.record.run_dir.is_dir():
         return []
+    if ranking.tied:
+        return ["", "Test part not graded: nothing was chosen (a tie); re-run the tied jobs with more seeds to choose."]
+    if _failures(board):
+        return ["", "Test part not graded: a job failed, so the winner may change once it is run again."]
     try:
         report = grade([best.record.run_dir], chosen_by=metric)
     except Exception as e:  # the data or the model cannot be loaded again: the answer stands without it

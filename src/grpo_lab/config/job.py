@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from grpo_lab.config.problems import Problem, alias, fail, problems
 from grpo_lab.config.schema import RunConfig
+from grpo_lab.errors import ConfigError
 
 
 def _container(cfg: Any) -> dict[str, Any]:
@@ -162,7 +163,7 @@ class JobSpec:
     def from_json(cls, data: Mapping[str, Any]) -> JobSpec:
         """The spec a parent (or an earlier run) wrote; its settings are parsed again (types only: its rules passed)."""
         return cls(
-            run=RunConfig.model_validate(data["run"]),
+            run=_recorded_run(data["run"]),
             run_dir=Path(data["run_dir"]),
             output_dir=Path(data["output_dir"]),
             run_name=data["run_name"],
@@ -173,6 +174,22 @@ class JobSpec:
             extra_tags=tuple(data["extra_tags"]),
             in_multirun=data.get("in_multirun", False),  # absent from an earlier release's job.json
         )
+
+
+def _recorded_run(data: Any) -> RunConfig:
+    """A recorded run's settings; one line when an earlier release wrote them without keys this one needs."""
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        kind = (data.get("data") or {}).get("kind")  # pydantic's location names the data union's member too
+        missing = [".".join(str(p) for p in err["loc"] if p != kind) for err in e.errors() if err["type"] == "missing"]
+        if not missing:
+            raise
+        raise ConfigError(
+            f"This run was recorded by an earlier grpo_lab, without {', '.join(f'`{k}`' for k in missing[:4])}"
+            f"{' ...' if len(missing) > 4 else ''} (its data had no test part, for one): this release cannot continue "
+            "or grade it as it ran. Run it again, or use the release that recorded it."
+        ) from e
 
 
 def build_job(

@@ -183,17 +183,35 @@ def _keep(c: Checking) -> list[Problem]:
             "set `objective.metric=eval_after/<grader>` (or keep=last)."
         )
         return [Problem("output.keep", "rule", keep, must)]
-    if run.launcher.num_processes > 1:
-        must = "is not supported with several processes yet (its checkpoint choice is the main process's): keep=last."
+    if run.launcher.num_processes > 1 or run.launcher.kind == "accelerate":
+        must = (
+            "is not supported with a launched job yet (several processes, DeepSpeed or FSDP: its checkpoint choice "
+            "is the main process's): keep=last."
+        )
+        return [Problem("output.keep", "rule", keep, must)]
+    limit = run.trainer.get("save_total_limit")
+    if isinstance(limit, int) and limit < (1 if keep == "best" else run.output.top_k) + 1:
+        must = (
+            f"keeps {'1' if keep == 'best' else run.output.top_k} checkpoint(s) and the latest, more than "
+            f"trainer.save_total_limit={limit} lets the Trainer keep: raise it or leave it unset."
+        )
         return [Problem("output.keep", "rule", keep, must)]
     return []
 
 
 def _keep_one_objective(c: Checking) -> list[Problem]:
-    if c.run.output.keep == "last" or len(c.sweep.metrics) == 1:
+    """A sweep's trials choose their step by the sweep's objective (it replaces the run's): one greedy grader."""
+    keep, metrics = c.run.output.keep, c.sweep.metrics
+    if keep == "last":
         return []
-    must = f"chooses a step by one objective; this sweep has {len(c.sweep.metrics)} (a front, not a best): keep=last."
-    return [Problem("output.keep", "rule", c.run.output.keep, must)]
+    if len(metrics) != 1:
+        must = f"chooses a step by one objective; this sweep has {len(metrics)} (a front, not a best): keep=last."
+        return [Problem("output.keep", "rule", keep, must)]
+    prefix, _, name = metrics[0].partition("/")
+    if prefix != "eval_after" or name not in c.run.eval.graders:
+        must = f"chooses a step by a greedy `eval_after/<grader>`; the sweep's objective is {metrics[0]}: keep=last."
+        return [Problem("output.keep", "rule", keep, must)]
+    return []
 
 
 def _value(kwargs: Mapping[str, Any], name: str) -> Any:

@@ -104,11 +104,16 @@ def split(rows: list[Row], seed: int, source: str, **fractions: float) -> tuple[
 
 
 def _question(row: Row) -> str:
-    return " ".join(str(row["question"]).split())
+    """What makes two rows the same item: the whole prompt (a conversation's every turn, not only its last
+    question), whitespace aside. The system prompt and worked examples are the same in every part."""
+    prompt = row["prompt"]
+    if not isinstance(prompt, list):
+        return " ".join(str(prompt).split())
+    return json.dumps([(m.get("role"), " ".join(str(m.get("content", "")).split())) for m in prompt])
 
 
 def dedupe(train: list[Row], eval_: list[Row], test: list[Row]) -> tuple[list[Row], list[Row]]:
-    """Train and validation without any question the parts after them hold (test keeps every row: it reports;
+    """Train and validation without any prompt the parts after them hold (test keeps every row: it reports;
     validation loses what test holds; train what either holds), whitespace aside."""
     in_test = {_question(r) for r in test}
     kept_eval = [r for r in eval_ if _question(r) not in in_test]
@@ -117,7 +122,7 @@ def dedupe(train: list[Row], eval_: list[Row], test: list[Row]) -> tuple[list[Ro
     dropped = {"validation": len(eval_) - len(kept_eval), "train": len(train) - len(kept_train)}
     if any(dropped.values()):
         log.warning(
-            "Removed rows whose question another part holds, so the parts are disjoint: %s.",
+            "Removed rows whose prompt another part holds, so the parts are disjoint: %s.",
             ", ".join(f"{n} from {part}" for part, n in dropped.items() if n),
         )
     return kept_train, kept_eval
@@ -135,9 +140,12 @@ def parts(
     )
 
 
-def check_graded_sizes(data: DataParts) -> None:
-    """A part that is graded holds at least MIN_GRADED_ITEMS items (called where it is graded)."""
+def check_graded_sizes(data: DataParts, test: bool = True) -> None:
+    """A part that is graded holds at least MIN_GRADED_ITEMS items (called where it is graded; `test`: whether the
+    test part is: `eval.test`)."""
     for name, label in PARTS.items():
+        if name == "test" and not test:
+            continue
         n = len(getattr(data, name))
         if n < MIN_GRADED_ITEMS:
             raise DataError(
@@ -192,7 +200,7 @@ def require(obj: dict[str, Any], needed: Sequence[str], where: str, extra: str =
         )
 
 
-def _same_files(cfg: Any, given: dict[str, str]) -> None:
+def _same_files(given: dict[str, str]) -> None:
     """Two parts named the same file: they would share every item."""
     seen: dict[Path, str] = {}
     for key, path in given.items():
@@ -212,7 +220,7 @@ def load_local(
     """The rows of ``path`` (``rows(path, key)``) and of ``cfg.eval_path`` / ``cfg.test_path``; a part without its
     own file is a seeded split of ``path`` by ``cfg.eval_fraction`` / ``cfg.test_fraction``; then the size caps."""
     given = {name: (f"data.{name}_path", getattr(cfg, f"{name}_path")) for name in PARTS}
-    _same_files(cfg, {"data.path": path} | {key: file for key, file in given.values() if file is not None})
+    _same_files({"data.path": path} | {key: file for key, file in given.values() if file is not None})
     train = rows(path, "data.path")
     held = {name: rows(file, key) for name, (key, file) in given.items() if file is not None}
     to_split = {name: getattr(cfg, f"{name}_fraction") for name in PARTS if name not in held}

@@ -136,7 +136,8 @@ class PeriodicEval(TrainerCallback):
         self.monitor.observe_eval(step, {name: result.outcomes(name) for name in result.shares})
         if self.keeper is not None:
             self.keeper.observe(step, metrics)
-        if self.reporter is not None and self.reporter.observe_eval(step, metrics):
+        # The last step's evaluation is output.keep's candidate only: a trial is not pruned after all its training.
+        if self.reporter is not None and not last and self.reporter.observe_eval(step, metrics):
             self.outcome.propose("pruned")
 
 

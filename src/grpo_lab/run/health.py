@@ -175,7 +175,8 @@ class Monitor:
     def _divergence(self) -> Event | None:
         """The reward rose beyond its noise (Welch's t-test, the reward logs up to the grader's best evaluation so
         far against those up to the latest one) while a grader fell beyond its own (McNemar's exact test on the
-        same validation items, the best evaluation so far against the latest): not a raw drop, two real changes
+        same validation items, the best evaluation so far against the latest, Bonferroni-corrected for picking the
+        best of several): not a raw drop, two real changes
         in opposite directions. Judged once per evaluation, from the third on (the one before training counts)."""
         from grpo_lab.evaluation.stats import ALPHA, paired_change, welch_p
 
@@ -191,7 +192,9 @@ class Monitor:
                 continue
             best_step, best = max(runs, key=lambda r: sum(r[1]) / len(r[1]))  # the first best: the earliest
             change = paired_change(best, passed)
-            if not (change.change < 0 and change.p_value < ALPHA):
+            # The best of len(runs) evaluations is itself a pick: Bonferroni over them keeps the alarm's false
+            # positives at ALPHA however many evaluations a run makes.
+            if not (change.change < 0 and change.p_value * len(runs) < ALPHA):
                 continue
             then, latest = self._window(best_step), self._window(step)
             if len(then) < 2 or len(latest) < 2 or _mean(latest) <= _mean(then):

@@ -56,13 +56,15 @@ class Keeper:
         return self.trainer_dir / f"checkpoint-{step}"
 
     def prune(self, latest: int | None) -> None:
-        """Delete every checkpoint neither kept nor the latest (`latest=None`: the run is over)."""
+        """Delete the candidates' checkpoints that are neither kept nor the latest (`latest=None`: the run is over).
+        A checkpoint at a step no evaluation scored (`trainer.save_strategy=steps`) is the user's: left alone."""
         keep = set(self.kept_steps) | ({latest} if latest is not None else set())
         if not self.trainer_dir.is_dir():
             return
         for path in self.trainer_dir.iterdir():
             match = _CHECKPOINT.match(path.name)
-            if match and int(match.group(1)) not in keep and path.is_dir():
+            step = int(match.group(1)) if match else None
+            if step is not None and step in self.scores and step not in keep and path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
 
     def summary(self) -> dict[str, Any]:

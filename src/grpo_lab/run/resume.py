@@ -101,7 +101,7 @@ def resumed_spec(folder: str | Path, given: list[str], cache_dir: Path) -> tuple
             f"again, from the environment (`{masked[0]}='${{oc.env:NAME}}'`) or as a value."
         )
     _check_length(point, spec.run.max_steps, run.max_steps, str(folder))
-    _check_kept(point, spec.run.output.keep, str(folder))
+    _check_kept(point, spec.run.output.keep, spec.run.max_steps, str(folder))
     config = job.set_keys(spec.resolved_config, changes | {"resume": str(point.run_dir)})
     kept = [o for o in spec.overrides if ov.key(o) not in ("max_steps", "resume")]
     rerun = [*kept, f"max_steps={run.max_steps}"] if run.max_steps != spec.run.max_steps else list(spec.overrides)
@@ -210,11 +210,10 @@ def _updated(run: RunConfig, changes: dict[str, Any]) -> RunConfig:
     return job.with_values(run, changes) if changes else run
 
 
-def _check_kept(point: Resume, keep: str, folder: str) -> None:
+def _check_kept(point: Resume, keep: str, ended: int, folder: str) -> None:
     """A finished run with output.keep=best|top_k kept only its chosen checkpoints (grpo_lab.run.keep): continuing
-    from one of those would train from an earlier step than the run's record ends at."""
-    ended = (point.previous.get("metrics") or {}).get("train/steps")
-    if keep != "last" and point.previous.get("status") == "finished" and ended and point.step < ended:
+    from one of those would train from an earlier step than the run ended at (its max_steps)."""
+    if keep != "last" and point.previous.get("status") == "finished" and point.step < ended:
         raise ConfigError(
             f"resume={folder}: the run finished at step {int(ended)} and kept only its chosen checkpoints "
             f"(output.keep={keep}; the latest is step {point.step}), so it cannot be continued from where it ended. "

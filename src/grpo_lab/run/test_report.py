@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_lab.config import JobSpec
+from grpo_lab.errors import one_line
 from grpo_lab.evaluation.stats import seed_mean
 from grpo_lab.run.folder import RunFolder
 
@@ -69,6 +70,8 @@ def grade(run_dirs: list[Path], chosen_by: str) -> TestReport:
             report.graded[str(run_dir)] = _grade_one(RunFolder(run_dir))
         except _NotGradable as e:
             report.missing[str(run_dir)] = str(e)
+        except Exception as e:  # its data or model cannot be loaded again: the others are still graded
+            report.missing[str(run_dir)] = one_line(e)
     return report
 
 
@@ -84,14 +87,23 @@ def _grade_one(folder: RunFolder) -> dict[str, float]:
 
     if not folder.job_file.is_file():
         raise _NotGradable("no job.json (a run of an earlier release)")
-    if not (folder.model_dir / "config.json").is_file() and not (folder.model_dir / "adapter_config.json").is_file():
+    adapter = (folder.model_dir / "adapter_config.json").is_file()
+    if not (folder.model_dir / "config.json").is_file() and not adapter:
         raise _NotGradable("it kept no model (output.save_model=false, or the sweep's keep_models deleted it)")
     spec = JobSpec.from_json(json.loads(folder.job_file.read_text()))
     cfg = spec.run
+    if not cfg.eval.test:
+        raise _NotGradable("its eval.test=false")
     test = data_mod.load_datasets(cfg.data).test
     graders = build_graders(cfg.eval.graders)
-    kept = cfg.model.model_copy(update={"name_or_path": str(folder.model_dir)})
-    model, tokenizer = models.load_model_and_tokenizer(kept, spec.cache_dir)
+    if adapter:  # a LoRA run saved its adapter: the base model it trained, with the adapter on it
+        from peft import PeftModel
+
+        model, tokenizer = models.load_model_and_tokenizer(cfg.model, spec.cache_dir)
+        model = PeftModel.from_pretrained(model, str(folder.model_dir))
+    else:
+        kept = cfg.model.model_copy(update={"name_or_path": str(folder.model_dir)})
+        model, tokenizer = models.load_model_and_tokenizer(kept, spec.cache_dir)
     result = evaluate(model, tokenizer, test, cfg.eval, desc="test after choosing", graders=graders)
     folder.write_eval(FILE, result.samples)
     return result.metrics(FILE)

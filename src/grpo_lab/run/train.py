@@ -158,7 +158,7 @@ def _set_up(spec: JobSpec) -> _Job:
     reward_funcs = build_rewards(cfg.reward.functions)
     graders = build_graders(cfg.eval.graders)
     if cfg.eval.before or cfg.eval.after or cfg.eval.every_n_steps:
-        data_mod.check_graded_sizes(pair)
+        data_mod.check_graded_sizes(pair, test=cfg.eval.test)
         check_can_judge(graders, pair.eval)
         if cfg.eval.test:
             check_can_judge(graders, pair.test)

@@ -25,8 +25,10 @@ from grpo_lab.sweep.confirm import CONFIRM_OF
 log = logging.getLogger("grpo_lab")
 
 
-def kept_trials(ranking: Ranking, policy: str, top_k: int) -> list[Any]:
-    """The trials whose models stay, best first (with several objectives and `best`: the Pareto front)."""
+def kept_trials(ranking: Ranking, policy: str, top_k: int, candidates: int = 0) -> list[Any]:
+    """The trials whose models stay, best first (with several objectives and `best`: the Pareto front).
+    `candidates`: while the sweep may still confirm its best `candidates` configs, their search trials and every
+    confirmation run stay too, whichever config the seeds' mean ends up choosing."""
     if policy == "none":
         return []
     if policy == "best" and len(ranking.directions) > 1:
@@ -35,7 +37,11 @@ def kept_trials(ranking: Ranking, policy: str, top_k: int) -> list[Any]:
     if policy == "all":
         return ranked
     kept = ranked[:top_k]
-    if ranking.configs:  # every seed's run of the best confirmed config: its test part is graded over the seeds
+    if candidates:
+        search = [e.trial for e in ranking.ranked if e.confirms is None][:candidates]
+        protected = set(search) | {e.trial for e in ranking.ranked if e.confirms is not None}
+        kept += [t for t in ranked if t not in kept and t.number in protected]
+    elif ranking.configs:  # every seed's run of the best confirmed config: its test part is graded over the seeds
         best = ranking.configs[0].trial
         kept += [t for t in ranked if t not in kept and best in (t.number, t.user_attrs.get(CONFIRM_OF))]
     return kept
@@ -46,15 +52,18 @@ def model_path(trial: Any) -> Path | None:
     return RunFolder(Path(run_dir)).model_dir if run_dir else None
 
 
-def apply(study: Any, policy: str, top_k: int, ranking: Ranking | None = None) -> list[Path]:
-    """Delete the models of trials that are not kept; returns the kept models that exist, best first."""
-    kept = kept_trials(ranking or from_trials(study), policy, top_k)
+def apply(study: Any, policy: str, top_k: int, ranking: Ranking | None = None, candidates: int = 0) -> list[Path]:
+    """Delete the models (and the trainer's checkpoints) of trials that are not kept; returns the kept models that
+    exist, best first."""
+    kept = kept_trials(ranking or from_trials(study), policy, top_k, candidates)
     if policy != "all":
         keep = {t.number for t in kept}
         for trial in study.get_trials(deepcopy=False):
             path = model_path(trial)
-            if trial.number in keep or path is None or not path.is_dir() or not trial.state.is_finished():
+            if trial.number in keep or path is None or trial.state.name not in ("COMPLETE", "PRUNED"):
                 continue
-            shutil.rmtree(path, ignore_errors=True)
-            log.info("Trial %d: model deleted (keep_models=%s, keep_top_k=%d): %s", trial.number, policy, top_k, path)
+            checkpoints = [p for p in RunFolder(path.parent).trainer_dir.glob("checkpoint-*") if p.is_dir()]
+            for found in [path, *checkpoints] if path.is_dir() else checkpoints:
+                shutil.rmtree(found, ignore_errors=True)
+                log.info("Trial %d: deleted (keep_models=%s, keep_top_k=%d): %s", trial.number, policy, top_k, found)
     return [p for t in kept if (p := model_path(t)) is not None and p.is_dir()]

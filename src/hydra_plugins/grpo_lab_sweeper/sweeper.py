@@ -159,7 +159,9 @@ class GrpoOptunaSweeper(Sweeper):
                 self._interrupted(study, trials, e)
                 raise
             ranking = from_trials(study)
-            retention.apply(study, s.keep_models, s.keep_top_k, ranking)
+            # Until the sweep ends, the configs it may still confirm keep their models (their test part is graded
+            # over every seed of the one chosen).
+            retention.apply(study, s.keep_models, s.keep_top_k, ranking, candidates=s.confirm.top_k)
             best = self.sweep_dir / BEST_FILE
             write_best(study, best, metrics=plan.metrics, storage=redact(plan.url), ranking=ranking)
             self._check_failures(study)
@@ -266,6 +268,9 @@ class GrpoOptunaSweeper(Sweeper):
 
         runs = chosen_runs(plan.study, ranking)
         if not runs:
+            return
+        if any(t.state.name == "RUNNING" for t in plan.study.get_trials(deepcopy=False)):
+            print("\nTest part: graded by the worker that ends the sweep (another still runs trials).", flush=True)
             return
         chosen_by = plan.metrics[0] + (" (mean over seeds)" if ranking.configs else "")
         try:
