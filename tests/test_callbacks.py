@@ -57,7 +57,7 @@ def _health(no_signal: str) -> HealthConfig:
     return HealthConfig(
         patience=3, nonfinite="stop", kl="warn", kl_max=0.1, no_signal=no_signal, reward_std_min=0.01,
         frac_zero_std_max=0.9, length="warn", length_ratio=3.0, clipped="warn", clipped_max=0.9,
-        vllm_mismatch="warn", logp_diff_max=0.1, is_ratio_min=0.5, is_ratio_max=2.0,
+        vllm_mismatch="warn", logp_diff_max=0.1, is_ratio_min=0.5, is_ratio_max=2.0, divergence="warn",
     )  # fmt: skip
 
 

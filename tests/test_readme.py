@@ -79,6 +79,7 @@ CHECKS: dict[str, Run | Compose | Compare | Make | Serve] = {
         "tests/test_e2e.py::test_grid_gives_one_run_per_job_in_one_group"
     ),
     "python -m grpo_lab --help": Run("== Config groups =="),
+    "python -m grpo_lab experiment=smoke eval.every_n_steps=2 output.keep=best": Run("kept         step "),
     "python -m grpo_lab --cfg job experiment=smoke": Run("name: smoke"),
     "python -m grpo_lab -m sweep=lr_beta experiment=smoke hydra.sweeper.n_trials=4": Compose(SWEEP_AND_COMPARE),
     "python -m grpo_lab.compare outputs/sweeps/lr_beta": Compare(SWEEP_AND_COMPARE),
