@@ -301,3 +301,29 @@ def test_a_colocated_engines_rendezvous_variables_do_not_reach_the_next_job(tmp_
         assert proc.returncode == 0 and "distributed: False" in proc.stdout, proc.stderr[-3000:]
     else:  # the hazard itself, so this test would see it come back: a stale port, now someone else's
         assert proc.returncode != 0 and "EADDRINUSE" in proc.stderr, (proc.stdout, proc.stderr[-3000:])
+
+
+def test_a_colocated_job_alone_in_its_process_rendezvous_on_a_port_the_os_picks(monkeypatch):
+    """TRL picks the first free one of its fixed candidates (29500 first): two colocated jobs starting at once both
+    took 29500 and one failed to bind it. grpo_lab hands a lone colocated job an OS-picked port, which TRL keeps,
+    and takes it back after; a launcher's own port is left as it is."""
+    from trl.trainer.utils import ensure_master_addr_port
+
+    from grpo_lab.vllm_engine.sync import rendezvous_env_kept
+
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR"):
+        monkeypatch.delenv(key, raising=False)
+    picked = set()
+    for _ in range(3):
+        with rendezvous_env_kept(colocated=True):
+            ensure_master_addr_port()  # what TRL's colocated engine calls
+            picked.add(int(os.environ["MASTER_PORT"]))
+        assert "MASTER_PORT" not in os.environ
+    assert not picked & {29500, 23456, 12355, 12345} and len(picked) > 1, picked
+    monkeypatch.setenv("MASTER_PORT", "29555")  # a launcher's (a DDP child's)
+    with rendezvous_env_kept(colocated=True):
+        ensure_master_addr_port()
+        assert os.environ["MASTER_PORT"] == "29555"
+    with rendezvous_env_kept(colocated=False):
+        monkeypatch.delenv("MASTER_PORT")
+    assert os.environ["MASTER_PORT"] == "29555"

@@ -427,7 +427,9 @@ class Recorder:
 # ----------------------------------------------------------------------------------------- stages
 def run(spec: JobSpec) -> RunResult:
     """One job; SIGINT/SIGTERM raise `interrupts.Interrupted` meanwhile (the run is recorded as interrupted)."""
-    with interrupts.handling(), rendezvous_env_kept():
+    trainer = spec.run.trainer
+    colocated = bool(trainer.get("use_vllm")) and trainer.get("vllm_mode", "colocate") == "colocate"  # TRL's default
+    with interrupts.handling(), rendezvous_env_kept(colocated):
         started = time.monotonic()
         job = _set_up(spec)
         recorder = Recorder(job, started)

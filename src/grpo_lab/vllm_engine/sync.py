@@ -86,10 +86,17 @@ RENDEZVOUS_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_POR
 
 
 @contextlib.contextmanager
-def rendezvous_env_kept() -> Iterator[None]:
+def rendezvous_env_kept(colocated: bool = False) -> Iterator[None]:
     """Give the process's rendezvous variables back as they were once the job inside is over (a launcher's own
-    values, as in a DDP child, are untouched: TRL keeps what it finds)."""
+    values, as in a DDP child, are untouched: TRL keeps what it finds). `colocated`: the job starts a colocated
+    engine; alone in its process (no launcher's port), it gets a port the OS picks. TRL's own pick is the first
+    free one of 29500, 23456, ...: two colocated jobs starting at once on one machine both took 29500 and the
+    second failed to bind it (EADDRINUSE, seen with two grids at once); the OS's picks are spread over its range."""
     before = {key: os.environ.get(key) for key in RENDEZVOUS_ENV}
+    if colocated and not os.environ.get("MASTER_PORT"):
+        from grpo_lab.net import free_port
+
+        os.environ["MASTER_PORT"] = str(free_port())
     try:
         yield
     finally:
