@@ -23,8 +23,6 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from grpo_lab.errors import one_line
-
 log = logging.getLogger("grpo_lab")
 
 # The config of the multirun that started and has not printed its end yet (at most one per process), and when it
@@ -89,8 +87,7 @@ def show(folder: Path) -> None:
 def _winners_test(board: Any, folder: Path) -> list[str]:
     """The winner's test part, graded now that it is chosen (grpo_lab.run.test_report), and `test.json` in the
     multirun folder; nothing for a tie (nothing was chosen) or a run without a job spec or a kept model."""
-    from grpo_lab import files
-    from grpo_lab.run.test_report import grade
+    from grpo_lab.run.test_report import answer
 
     ranking, metric = board.ranking, board.source.metrics[0]
     best = ranking.leader
@@ -100,13 +97,7 @@ def _winners_test(board: Any, folder: Path) -> list[str]:
         return ["", "Test part not graded: nothing was chosen (a tie); re-run the tied jobs with more seeds to choose."]
     if _failures(board):
         return ["", "Test part not graded: a job failed, so the winner may change once it is run again."]
-    try:
-        report = grade([best.record.run_dir], chosen_by=metric)
-    except Exception as e:  # the data or the model cannot be loaded again: the answer stands without it
-        return ["", f"Test part not graded: {one_line(e)}"]
-    files.write_json(folder / "test.json", report.as_json())
-    lines = report.lines()
-    return ["", *lines] if lines else []
+    return answer([best.record.run_dir], metric, folder)
 
 
 def _failures(board: Any) -> list[str]:

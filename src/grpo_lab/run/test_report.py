@@ -75,6 +75,21 @@ def grade(run_dirs: list[Path], chosen_by: str) -> TestReport:
     return report
 
 
+def answer(run_dirs: list[Path], chosen_by: str, out_dir: Path) -> list[str]:
+    """The end of a grid's or a sweep's answer: grade what it chose, write `test.json` into `out_dir`, and the lines
+    to print (a blank one first; none when nothing was graded). Never raises: the answer stands without its test
+    part, with one line saying why."""
+    from grpo_lab import files
+
+    try:
+        report = grade(run_dirs, chosen_by)
+        files.write_json(out_dir / "test.json", report.as_json())
+    except Exception as e:  # the data or the model cannot be loaded again, the folder cannot be written
+        return ["", f"Test part not graded: {one_line(e)}"]
+    lines = report.lines()
+    return ["", *lines] if lines else []
+
+
 class _NotGradable(Exception):
     pass
 
@@ -109,4 +124,4 @@ def _grade_one(folder: RunFolder) -> dict[str, float]:
     return result.metrics(FILE)
 
 
-__all__ = ["FILE", "TestReport", "grade"]
+__all__ = ["FILE", "TestReport", "answer", "grade"]

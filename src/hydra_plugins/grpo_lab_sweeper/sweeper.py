@@ -261,9 +261,7 @@ class GrpoOptunaSweeper(Sweeper):
     def _report_test(self, plan: Plan, ranking: Ranking) -> None:
         """What the sweep chose, graded on the test part now that it is chosen (grpo_lab.run.test_report): every
         seed's run of a confirmed config, else the best trial; `test.json` beside best.yaml."""
-        from grpo_lab.errors import one_line
-        from grpo_lab.files import write_json
-        from grpo_lab.run.test_report import grade
+        from grpo_lab.run.test_report import answer
         from grpo_lab.sweep.report import chosen_runs
 
         runs = chosen_runs(plan.study, ranking)
@@ -273,14 +271,8 @@ class GrpoOptunaSweeper(Sweeper):
             print("\nTest part: graded by the worker that ends the sweep (another still runs trials).", flush=True)
             return
         chosen_by = plan.metrics[0] + (" (mean over seeds)" if ranking.configs else "")
-        try:
-            report = grade(runs, chosen_by=chosen_by)
-        except Exception as e:  # its data or model cannot be loaded again: the sweep's answer stands without it
-            print(f"\nTest part not graded: {redact(one_line(e))}", flush=True)
-            return
-        write_json(self.sweep_dir / "test.json", report.as_json())
-        if lines := report.lines():
-            print("\n" + redact("\n".join(lines)), flush=True)
+        if lines := answer(runs, chosen_by, self.sweep_dir):
+            print(redact("\n".join(lines)), flush=True)
 
     # ----------------------------------------------------------------------------------------- trials
     def _trial_overrides(self, plan: Plan, trial: Any, trial_id: int, arguments_keys: set[str]) -> list[str]:
