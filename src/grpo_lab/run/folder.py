@@ -313,15 +313,20 @@ class RunFolder:
     def read_eval(self, name: str) -> list[dict[str, Any]]:
         return files.read_jsonl(self.eval_file(name))
 
+    def checkpoints(self) -> list[tuple[int, Path]]:
+        """(step, folder) of every `trainer/checkpoint-N` folder, complete or not, by step."""
+        found = [
+            (int(m.group(1)), p)
+            for p in (self.trainer_dir.iterdir() if self.trainer_dir.is_dir() else [])
+            if (m := _CHECKPOINT.match(p.name)) and p.is_dir()
+        ]
+        return sorted(found)
+
     def last_checkpoint(self) -> tuple[int, Path] | None:
         """(step, folder) of the last complete `trainer/checkpoint-N`; None when there is none. Not transformers'
         get_last_checkpoint: importing it loads torch (~4 s), and `resume=` with no checkpoint must fail in a
         second, before any library loads."""
-        found = [
-            (int(m.group(1)), p)
-            for p in (self.trainer_dir.iterdir() if self.trainer_dir.is_dir() else [])
-            if (m := _CHECKPOINT.match(p.name)) and (p / "trainer_state.json").is_file()
-        ]
+        found = [(step, p) for step, p in self.checkpoints() if (p / "trainer_state.json").is_file()]
         return max(found) if found else None
 
     def wandb_run_id(self, metrics: dict[str, Any] | None = None) -> str | None:

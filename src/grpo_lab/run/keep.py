@@ -13,7 +13,6 @@ graded after the choice, is not (the run summary says so).
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,20 +20,19 @@ from typing import Any
 from transformers import TrainerCallback
 
 from grpo_lab.config import RunConfig
+from grpo_lab.run.folder import RunFolder
 
 log = logging.getLogger("grpo_lab")
-
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
 class Keeper:
     """The candidates' validation scores, and which checkpoints stay."""
 
-    def __init__(self, cfg: RunConfig, trainer_dir: Path, evals: list[dict[str, Any]]) -> None:
+    def __init__(self, cfg: RunConfig, folder: RunFolder, evals: list[dict[str, Any]]) -> None:
         self.keep, self.top_k = cfg.output.keep, cfg.output.top_k
         self.name = cfg.objective.metric.partition("/")[2]  # the grader the evaluations during training report
         self.sign = -1.0 if cfg.objective.direction == "maximize" else 1.0
-        self.trainer_dir = trainer_dir
+        self.folder = folder
         # A resumed run's evaluations before its checkpoint are candidates too (eval_periodic.jsonl).
         self.scores: dict[int, float] = {int(row["step"]): float(row[self.name]) for row in evals if self.name in row}
 
@@ -53,18 +51,14 @@ class Keeper:
         return next(iter(self.kept_steps), None)
 
     def checkpoint(self, step: int) -> Path:
-        return self.trainer_dir / f"checkpoint-{step}"
+        return self.folder.trainer_dir / f"checkpoint-{step}"
 
     def prune(self, latest: int | None) -> None:
         """Delete the candidates' checkpoints that are neither kept nor the latest (`latest=None`: the run is over).
         A checkpoint at a step no evaluation scored (`trainer.save_strategy=steps`) is the user's: left alone."""
         keep = set(self.kept_steps) | ({latest} if latest is not None else set())
-        if not self.trainer_dir.is_dir():
-            return
-        for path in self.trainer_dir.iterdir():
-            match = _CHECKPOINT.match(path.name)
-            step = int(match.group(1)) if match else None
-            if step is not None and step in self.scores and step not in keep and path.is_dir():
+        for step, path in self.folder.checkpoints():
+            if step in self.scores and step not in keep:
                 shutil.rmtree(path, ignore_errors=True)
 
     def summary(self) -> dict[str, Any]:

@@ -612,7 +612,7 @@ def _callbacks(job: _Job, recorder: Recorder, reporter: Any, outcome: Outcome) -
         if job.cfg.output.keep != "last":
             from grpo_lab.run.keep import Keeper
 
-            recorder.keeper = Keeper(job.cfg, job.ctx.output_dir, recorder.evals)
+            recorder.keeper = Keeper(job.cfg, job.folder, recorder.evals)
         found.append(callbacks.PeriodicEval(every, run_eval, recorder, reporter, outcome, monitor, recorder.keeper))
         if recorder.keeper is not None:
             from grpo_lab.run.keep import KeepCheckpoints

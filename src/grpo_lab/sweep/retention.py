@@ -62,7 +62,7 @@ def apply(study: Any, policy: str, top_k: int, ranking: Ranking | None = None, c
             path = model_path(trial)
             if trial.number in keep or path is None or trial.state.name not in ("COMPLETE", "PRUNED"):
                 continue
-            checkpoints = [p for p in RunFolder(path.parent).trainer_dir.glob("checkpoint-*") if p.is_dir()]
+            checkpoints = [p for _, p in RunFolder(path.parent).checkpoints()]
             for found in [path, *checkpoints] if path.is_dir() else checkpoints:
                 shutil.rmtree(found, ignore_errors=True)
                 log.info("Trial %d: deleted (keep_models=%s, keep_top_k=%d): %s", trial.number, policy, top_k, found)
