@@ -126,6 +126,28 @@ def write_sweep(config_dir: Path, name: str, body: str) -> list[str]:
 FAST = ["experiment=smoke", "max_steps=2", "eval.before=false", "output.save_model=false"]
 # The same on two CPU processes (gloo) through accelerate.
 DDP = [*FAST, "launcher=ddp", "launcher.num_processes=2"]
+# The tiny model on a reward it learns within seconds (learnable_rewards.digit_share; measured in test_learning.py):
+# 2 prompts x 8 completions a step at lr 1e-2, no KL term. Needs PYTHONPATH=tests.
+DIGITS = [
+    "experiment=smoke",
+    "seed=3",
+    "lr=1e-2",
+    "beta=0",
+    "num_generations=8",
+    "trainer.per_device_train_batch_size=16",
+    "data.train_size=64",
+    "~reward.functions.length",
+    "~reward.weights.length",
+    "+reward.functions.digits._target_=learnable_rewards.digit_share",
+    "+reward.weights.digits=1.0",
+]
+# The same, graded on validation by what that reward works against (learnable_rewards.few_digits): reward hacking.
+DIGITS_AGAINST_ITS_GRADER = [
+    *DIGITS,
+    "eval/graders=none",
+    "+eval.graders.words={_target_: learnable_rewards.few_digits}",
+    "objective.metric=eval_after/words",
+]
 
 
 def skip_here(reason: str) -> None:

@@ -478,8 +478,6 @@ def _source_overrides(source: str, tmp_path: Path) -> list[str]:
     if source == "arithmetic":
         return []
     if source == "gsm8k local":
-        if not (GSM8K_DIR / "train.jsonl").is_file():
-            pytest.skip(f"no GSM8K files in {GSM8K_DIR}")
         return ["data=gsm8k", f"data.path={GSM8K_DIR / 'train.jsonl'}", f"data.test_path={GSM8K_DIR / 'test.jsonl'}"]
     if source == "jsonl split":
         return ["data=jsonl", f"data.path={_prompts(tmp_path / 'all.jsonl', 'Question', 200)}"]
@@ -493,7 +491,7 @@ def _source_overrides(source: str, tmp_path: Path) -> list[str]:
     return ["data=humaneval"]
 
 
-SOURCES = ["arithmetic", "gsm8k local", "jsonl split", "jsonl files", "humaneval"]
+SOURCES = ["arithmetic", pytest.param("gsm8k local", marks=needs_gsm8k), "jsonl split", "jsonl files", "humaneval"]
 
 
 @pytest.mark.parametrize("source", SOURCES)

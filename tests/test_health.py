@@ -18,7 +18,7 @@ from grpo_lab.run import reward_check
 from grpo_lab.run.health import Monitor, default_config, replay
 from wandb_files import find_runs, read_run
 
-from conftest import FAST, REPO, compose, load_study, one_line_naming, run_cli, write_sweep
+from conftest import DIGITS_AGAINST_ITS_GRADER, FAST, REPO, compose, load_study, one_line_naming, run_cli, write_sweep
 
 INF_REWARD = ["+reward.functions.inf._target_=failing_rewards.inf_reward", "+reward.weights.inf=1.0"]
 
@@ -334,25 +334,7 @@ def test_divergence_stop_ends_training_and_ignore_silences_it():
     assert not _feed(Monitor(config(divergence="ignore")), RISING, {0: GOOD, 4: GOOD, 8: GOOD, 12: BAD}, every=4)
 
 
-HACKED = [
-    "experiment=smoke",
-    "seed=3",
-    "lr=1e-2",
-    "beta=0",
-    "max_steps=30",
-    "num_generations=8",
-    "trainer.per_device_train_batch_size=16",
-    "data.train_size=64",
-    "output.save_model=false",
-    "~reward.functions.length",
-    "~reward.weights.length",
-    "+reward.functions.digits._target_=learnable_rewards.digit_share",
-    "+reward.weights.digits=1.0",
-    "eval/graders=none",
-    "+eval.graders.words={_target_: learnable_rewards.few_digits}",
-    "objective.metric=eval_after/words",
-    "eval.every_n_steps=5",
-]
+HACKED = [*DIGITS_AGAINST_ITS_GRADER, "max_steps=30", "output.save_model=false", "eval.every_n_steps=5"]
 
 
 def test_a_run_whose_reward_pays_for_what_the_grader_does_not_raises_the_divergence_alarm(tmp_path, model_cache):

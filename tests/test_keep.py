@@ -13,28 +13,11 @@ from grpo_lab.config import rules
 from grpo_lab.errors import ConfigError
 from wandb_files import find_runs, read_run
 
-from conftest import REPO, compose, one_line_naming, run_cli
+from conftest import DIGITS_AGAINST_ITS_GRADER, REPO, compose, one_line_naming, run_cli
 
 # The tiny model rewarded for digits while its validation grader wants few: the grader is at its best early
 # (100% at step 2) and 0% from step 4 on (measured, seed 3), so the best step is not the last.
-HACKED = [
-    "experiment=smoke",
-    "seed=3",
-    "lr=1e-2",
-    "beta=0",
-    "max_steps=8",
-    "num_generations=8",
-    "trainer.per_device_train_batch_size=16",
-    "data.train_size=64",
-    "~reward.functions.length",
-    "~reward.weights.length",
-    "+reward.functions.digits._target_=learnable_rewards.digit_share",
-    "+reward.weights.digits=1.0",
-    "eval/graders=none",
-    "+eval.graders.words={_target_: learnable_rewards.few_digits}",
-    "objective.metric=eval_after/words",
-    "eval.every_n_steps=2",
-]
+HACKED = [*DIGITS_AGAINST_ITS_GRADER, "max_steps=8", "eval.every_n_steps=2"]
 
 
 def check(*overrides: str) -> None:

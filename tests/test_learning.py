@@ -13,27 +13,17 @@ from __future__ import annotations
 
 import json
 
-from conftest import REPO, run_cli
+from conftest import DIGITS, REPO, run_cli
 
 MARGIN = 0.25
 LEARN = [
-    "experiment=smoke",
+    *DIGITS,
     "logger=none",
     "eval.before=false",
     "eval.after=false",
     "objective.metric=train/reward_end",
     "output.save_model=false",
-    "seed=3",
-    "lr=1e-2",
-    "beta=0",
     "max_steps=30",
-    "num_generations=8",
-    "trainer.per_device_train_batch_size=16",
-    "data.train_size=64",
-    "~reward.functions.length",
-    "~reward.weights.length",
-    "+reward.functions.digits._target_=learnable_rewards.digit_share",
-    "+reward.weights.digits=1.0",
 ]
 
 
