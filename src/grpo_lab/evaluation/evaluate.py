@@ -41,6 +41,10 @@ class EvalResult:
         values = (item_value(s, name) for s in self.samples)
         return [bool(v) for v in values if v is not None]
 
+    def every_outcome(self) -> dict[str, list[bool]]:
+        """:meth:`outcomes` of every grader (what the divergence health rule compares item by item)."""
+        return {name: self.outcomes(name) for name in self.shares}
+
     def metrics(self, prefix: str) -> dict[str, float]:
         """The scores, their 95% Wilson intervals and the sample count as metrics.json keys, e.g.
         `eval_after/accuracy`, `eval_after/accuracy_ci_low`, `eval_after/accuracy_ci_high`."""

@@ -133,7 +133,7 @@ class PeriodicEval(TrainerCallback):
         metrics = result.scores()
         self.recorder.log_eval(step, metrics)
         # Item by item, for the divergence rule (grpo_lab.run.health), judged with the next log.
-        self.monitor.observe_eval(step, {name: result.outcomes(name) for name in result.shares})
+        self.monitor.observe_eval(step, result.every_outcome())
         if self.keeper is not None:
             self.keeper.observe(step, metrics)
         # The last step's evaluation is output.keep's candidate only: a trial is not pruned after all its training.

@@ -69,12 +69,12 @@ class Keeper:
 class KeepCheckpoints(TrainerCallback):
     """Save a checkpoint at every evaluation during training (after PeriodicEval has scored it), then prune."""
 
-    def __init__(self, keeper: Keeper, every: int) -> None:
-        self.keeper, self.every = keeper, every
+    def __init__(self, keeper: Keeper) -> None:
+        self.keeper = keeper
 
     def on_step_end(self, args, state, control, **kwargs):
-        step = state.global_step
-        if step in self.keeper.scores and (step % self.every == 0 or step >= state.max_steps):
+        # Scored: PeriodicEval evaluated this step just now (a resumed run's earlier scores are all before it).
+        if state.global_step in self.keeper.scores:
             control.should_save = True
             # The Trainer's own rotation (trainer.save_total_limit) spares its best checkpoint: name ours.
             if (best := self.keeper.best_step) is not None:

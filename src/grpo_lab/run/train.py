@@ -607,7 +607,7 @@ def _callbacks(job: _Job, recorder: Recorder, reporter: Any, outcome: Outcome) -
         )
         monitor = health.Monitor(job.cfg.health)
         if (before := recorder.held_out.get("eval_before")) is not None:  # the divergence rule's baseline
-            monitor.observe_eval(0, {name: before.outcomes(name) for name in before.shares})
+            monitor.observe_eval(0, before.every_outcome())
         every = job.cfg.eval.every_n_steps
         if job.cfg.output.keep != "last":
             from grpo_lab.run.keep import Keeper
@@ -617,7 +617,7 @@ def _callbacks(job: _Job, recorder: Recorder, reporter: Any, outcome: Outcome) -
         if recorder.keeper is not None:
             from grpo_lab.run.keep import KeepCheckpoints
 
-            found.append(KeepCheckpoints(recorder.keeper, every))
+            found.append(KeepCheckpoints(recorder.keeper))
         watch = callbacks.HealthWatch(monitor, recorder, outcome)
         found.append(watch)
         if reporter is not None:
