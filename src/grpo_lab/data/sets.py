@@ -1,5 +1,5 @@
 """Rows into datasets, for every source: the three parts (train; validation, which chooses: the objective, pruning,
-checkpoints, rankings; test, which only reports), seeded by ``data.seed`` and deduplicated by question; the size
+checkpoints, rankings; test, which only reports), seeded by ``data.seed`` and deduplicated by prompt; the size
 caps; the JSONL files rows come from (one line-numbered error per bad line).
 
 Rows stay plain Python (``dict``) until :func:`pair` builds the ``datasets.Dataset``s: it is faster, and ``datasets``
@@ -103,7 +103,7 @@ def split(rows: list[Row], seed: int, source: str, **fractions: float) -> tuple[
     return [r for i, r in enumerate(rows) if i not in taken], held
 
 
-def _question(row: Row) -> str:
+def _item_key(row: Row) -> str:
     """What makes two rows the same item: the whole prompt (a conversation's every turn, not only its last
     question), whitespace aside. The system prompt and worked examples are the same in every part."""
     prompt = row["prompt"]
@@ -115,10 +115,10 @@ def _question(row: Row) -> str:
 def dedupe(train: list[Row], eval_: list[Row], test: list[Row]) -> tuple[list[Row], list[Row]]:
     """Train and validation without any prompt the parts after them hold (test keeps every row: it reports;
     validation loses what test holds; train what either holds), whitespace aside."""
-    in_test = {_question(r) for r in test}
-    kept_eval = [r for r in eval_ if _question(r) not in in_test]
-    held = in_test | {_question(r) for r in kept_eval}
-    kept_train = [r for r in train if _question(r) not in held]
+    in_test = {_item_key(r) for r in test}
+    kept_eval = [r for r in eval_ if _item_key(r) not in in_test]
+    held = in_test | {_item_key(r) for r in kept_eval}
+    kept_train = [r for r in train if _item_key(r) not in held]
     dropped = {"validation": len(eval_) - len(kept_eval), "train": len(train) - len(kept_train)}
     if any(dropped.values()):
         log.warning(

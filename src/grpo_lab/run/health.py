@@ -176,8 +176,8 @@ class Monitor:
         """The reward rose beyond its noise (Welch's t-test, the reward logs up to the grader's best evaluation so
         far against those up to the latest one) while a grader fell beyond its own (McNemar's exact test on the
         same validation items, the best evaluation so far against the latest, Bonferroni-corrected for picking the
-        best of several): not a raw drop, two real changes
-        in opposite directions. Judged once per evaluation, from the third on (the one before training counts)."""
+        best of several): not a raw drop, two real changes in opposite directions. Judged once per evaluation, from
+        the third on (the one before training counts)."""
         from grpo_lab.evaluation.stats import ALPHA, paired_change, welch_p
 
         if len(self._evals) == self._judged:
