@@ -176,8 +176,7 @@ def _keep(c: Checking) -> list[Problem]:
         must = "chooses a step by the evaluations during training: set `eval.every_n_steps=N` too (or keep=last)."
         return [Problem("output.keep", "rule", keep, must)]
     metric = run.objective.metric
-    prefix, _, name = metric.partition("/")
-    if prefix != "eval_after" or name not in run.eval.graders:  # what the evaluations during training grade
+    if not _periodic_grader(metric, run):
         must = (
             f"chooses a step by the validation objective, a greedy `eval_after/<grader>`; the objective is {metric}: "
             "set `objective.metric=eval_after/<grader>` (or keep=last)."
@@ -199,6 +198,12 @@ def _keep(c: Checking) -> list[Problem]:
     return []
 
 
+def _periodic_grader(metric: str, run: RunConfig) -> bool:
+    """`eval_after/<grader>` of a greedy grader: what the evaluations during training score, so keep can rank by it."""
+    prefix, _, name = metric.partition("/")
+    return prefix == "eval_after" and name in run.eval.graders
+
+
 def _keep_one_objective(c: Checking) -> list[Problem]:
     """A sweep's trials choose their step by the sweep's objective (it replaces the run's): one greedy grader."""
     keep, metrics = c.run.output.keep, c.sweep.metrics
@@ -207,8 +212,7 @@ def _keep_one_objective(c: Checking) -> list[Problem]:
     if len(metrics) != 1:
         must = f"chooses a step by one objective; this sweep has {len(metrics)} (a front, not a best): keep=last."
         return [Problem("output.keep", "rule", keep, must)]
-    prefix, _, name = metrics[0].partition("/")
-    if prefix != "eval_after" or name not in c.run.eval.graders:
+    if not _periodic_grader(metrics[0], c.run):
         must = f"chooses a step by a greedy `eval_after/<grader>`; the sweep's objective is {metrics[0]}: keep=last."
         return [Problem("output.keep", "rule", keep, must)]
     return []
