@@ -128,6 +128,29 @@ def test_sigterm_raises_interrupted_and_later_signals_only_log():
     assert signal.getsignal(signal.SIGTERM) is previous
 
 
+def test_a_signal_during_a_study_call_raises_once_the_call_is_over(tmp_path):
+    """Raised in the middle of a database call, the signal could leave a SQLite read unfinished, holding its shared
+    lock: every other process's write then waited on it (a sweep's parent hung in its commit). Inside deferred() the
+    call ends first and the signal raises after it, once, at the outermost block's end."""
+    import optuna
+
+    url = f"sqlite:///{tmp_path}/study.db"
+    trial = optuna.create_study(storage=url, study_name="s").ask()
+    done = []
+    with interrupts.handling(), pytest.raises(interrupts.Interrupted) as caught, interrupts.deferred():
+        with interrupts.deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)  # the handler has run meanwhile, and held the signal back
+            trial.report(0.5, 1)
+            done.append("inner")
+        done.append("outer")  # an inner block's end does not raise either
+    assert caught.value.signum == signal.SIGINT and done == ["inner", "outer"]
+    with interrupts.handling(), interrupts.deferred():
+        pass  # a new scope: the old signal is gone
+    (found,) = optuna.load_study(study_name="s", storage=url).trials
+    assert found.intermediate_values == {1: 0.5}
+
+
 # ----------------------------------------------------------------------------------------- one run
 def test_ctrl_c_records_the_step_and_exits_130(tmp_path, model_cache):
     proc = _start(LONG, tmp_path, model_cache)

@@ -12,7 +12,9 @@ send) ends the process at once, without cleanup. While :func:`handling` is activ
 
 The first signal raises (or, while jobs run in worker processes, is sent on to them: :func:`forward_to_children`);
 a second one while the job is stopping only logs (the run is being recorded, and a launcher that forwards signals
-may send it twice); a third one ends the process at once.
+may send it twice); a third one ends the process at once. Inside :func:`deferred` (a call into a shared store: the
+study's database) the first signal raises only when the call is over: raised in the middle of it, it can leave the
+database locked for every other process (an unfinished SQLite read holds its shared lock).
 """
 
 from __future__ import annotations
@@ -97,6 +99,8 @@ _previous: dict[int, Any] = {}
 _received: list[int] = []  # every signal handled, in order (only the first one raises)
 # While a launcher runs jobs in other processes: what the first signal does instead of raising (see forwarding).
 _forward: Any = None
+_deferring = 0  # depth of deferred() blocks in the main thread
+_pending: int | None = None  # a signal that arrived in a deferred() block, raised at its end
 
 
 def received() -> int | None:
@@ -105,11 +109,15 @@ def received() -> int | None:
 
 
 def _handle(signum: int, frame: Any) -> None:
+    global _pending
     _received.append(signum)
     if len(_received) == 1 and _forward is not None and _forward(signum):
         log.warning("%s: stopping the jobs; each records its run before this command ends.", signal_name(signum))
         return
     if len(_received) == 1:
+        if _deferring:
+            _pending = signum
+            return
         raise Interrupted(signum)
     if len(_received) == 2:
         log.warning("%s again: still stopping and recording the run; once more quits at once.", signal_name(signum))
@@ -124,7 +132,7 @@ def handling() -> Iterator[None]:
     """SIGINT and SIGTERM raise :class:`Interrupted` while this is active (nested uses share one state;
     the outermost restores the previous handlers). Only the main thread can handle signals: elsewhere
     this does nothing. A SIGINT ignored by the parent shell (`nohup`, `cmd &`) stays ignored."""
-    global _depth
+    global _depth, _pending
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -148,6 +156,26 @@ def handling() -> Iterator[None]:
                     signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
                 _previous.clear()
                 _received.clear()  # a signal of this (finished) scope must not explain a later error
+                _pending = None
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """A call that must not be cut in the middle (a database transaction: an Optuna storage's read or write):
+    a first SIGINT/SIGTERM arriving meanwhile raises :class:`Interrupted` when the block ends, not inside it. Keep
+    the block short: the signal waits for it. Outside the main thread, or outside :func:`handling`, no effect."""
+    global _deferring, _pending
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+    if _deferring == 0 and _pending is not None:
+        signum, _pending = _pending, None
+        raise Interrupted(signum)
 
 
 def forward_to_children(on: bool) -> None:

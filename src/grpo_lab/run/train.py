@@ -446,26 +446,27 @@ def run(spec: JobSpec) -> RunResult:
 
 def _train_and_evaluate(job: _Job, recorder: Recorder) -> RunResult:
     reporter = _start_tracking(job)
-    with _vllm_server(job, recorder) as server:
-        model, tokenizer = _load_model(job, recorder)
-        startup.resume()  # imports and loading are done; before any generation (grpo_lab.startup)
-        _evaluate_before(job, recorder, model, tokenizer)
-        from grpo_lab.run.callbacks import Outcome
+    with contextlib.closing(reporter) if reporter is not None else contextlib.nullcontext():  # its study's database
+        with _vllm_server(job, recorder) as server:
+            model, tokenizer = _load_model(job, recorder)
+            startup.resume()  # imports and loading are done; before any generation (grpo_lab.startup)
+            _evaluate_before(job, recorder, model, tokenizer)
+            from grpo_lab.run.callbacks import Outcome
 
-        outcome = Outcome()
-        trainer = _fit(job, recorder, model, tokenizer, reporter, outcome, server)
-    if outcome.status is None:
-        _keep(recorder, trainer)
-        if job.cfg.output.save_model:  # every process: sharded (DeepSpeed/FSDP) weights are gathered here
-            trainer.save_model(str(job.folder.model_dir))
-            if job.main:
-                tokenizer.save_pretrained(str(job.folder.model_dir))
-        if job.main and job.cfg.eval.after:
-            _evaluate_after(job, recorder, trainer.model, tokenizer, reporter, outcome)
-    _release_vllm(trainer)
-    if recorder.keeper is not None and outcome.status is None:
-        recorder.keeper.prune(latest=None)  # the run is over: only the kept checkpoints stay
-    return _close(job, recorder, outcome, reporter)
+            outcome = Outcome()
+            trainer = _fit(job, recorder, model, tokenizer, reporter, outcome, server)
+        if outcome.status is None:
+            _keep(recorder, trainer)
+            if job.cfg.output.save_model:  # every process: sharded (DeepSpeed/FSDP) weights are gathered here
+                trainer.save_model(str(job.folder.model_dir))
+                if job.main:
+                    tokenizer.save_pretrained(str(job.folder.model_dir))
+            if job.main and job.cfg.eval.after:
+                _evaluate_after(job, recorder, trainer.model, tokenizer, reporter, outcome)
+        _release_vllm(trainer)
+        if recorder.keeper is not None and outcome.status is None:
+            recorder.keeper.prune(latest=None)  # the run is over: only the kept checkpoints stay
+        return _close(job, recorder, outcome, reporter)
 
 
 def _keep(recorder: Recorder, trainer: Any) -> None:

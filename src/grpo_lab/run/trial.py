@@ -16,6 +16,7 @@ import logging
 import math
 from typing import Any
 
+from grpo_lab import interrupts
 from grpo_lab.config import RunConfig, TrialConfig
 
 log = logging.getLogger("grpo_lab")
@@ -62,13 +63,12 @@ class TrialReporter:
         from grpo_lab.redact import reveal
         from grpo_lab.run.study import open_storage
 
+        self._storage = open_storage(reveal(trial_cfg.storage))  # the sweeper masks the password in overrides
         # The job's own study object decides should_prune(): it needs the sweep's pruner, not Optuna's default.
-        study = optuna.load_study(
-            study_name=trial_cfg.study,
-            storage=open_storage(reveal(trial_cfg.storage)),  # the sweeper masks the password in overrides
-            pruner=build_pruner(trial_cfg.pruner),
-        )
-        self.trial = optuna.Trial(study, trial_cfg.id)
+        with interrupts.deferred():
+            pruner = build_pruner(trial_cfg.pruner)
+            study = optuna.load_study(study_name=trial_cfg.study, storage=self._storage, pruner=pruner)
+            self.trial = optuna.Trial(study, trial_cfg.id)
         wanted = trial_cfg.pruner is not None
         self.enabled = wanted and source is not None and len(study.directions) == 1
         if wanted and not self.enabled:
@@ -124,14 +124,16 @@ class TrialReporter:
         if not self.per_item or self.source is None:
             return False
         grader = self.source[1]
-        for s in samples:
-            if s[grader] is not None:  # items the grader cannot grade (no reference) have no outcome
-                self._items.append(float(s[grader]))
-                self.trial.report(self._items[-1], s["item"])
-        if not self._items:
-            return False
-        self.last = (len(self._items), sum(self._items) / len(self._items))
-        if self.trial.should_prune():
+        with interrupts.deferred():
+            for s in samples:
+                if s[grader] is not None:  # items the grader cannot grade (no reference) have no outcome
+                    self._items.append(float(s[grader]))
+                    self.trial.report(self._items[-1], s["item"])
+            if not self._items:
+                return False
+            self.last = (len(self._items), sum(self._items) / len(self._items))
+            if not self.trial.should_prune():
+                return False
             self.pruned = True
             self.best_number = self.trial.study.best_trial.number
             # Optuna's samplers rank pruned trials by their last step's value; a last value at a step past
@@ -154,10 +156,19 @@ class TrialReporter:
         where = "pruned/eval_items" if self.per_item else "pruned/step"
         return {where: float(step), "pruned/intermediate_value": value}
 
+    def close(self) -> None:
+        """Let go of the study's database (a launcher's worker process runs many jobs)."""
+        if hasattr(self._storage, "engine"):  # RDBStorage: its pooled connections
+            self._storage.engine.dispose()
+        elif hasattr(self._storage, "close"):  # the gRPC proxy's channel
+            self._storage.close()
+
     def _report(self, step: int, value: float) -> bool:
-        self.trial.report(value, step)
-        self.last = (step, value)
-        if self.trial.should_prune():
+        with interrupts.deferred():
+            self.trial.report(value, step)
+            self.last = (step, value)
+            prune = self.trial.should_prune()
+        if prune:
             self.pruned = True
             log.info("Trial %d pruned at step %d (intermediate value %.4g).", self.trial.number, step, value)
         return self.pruned

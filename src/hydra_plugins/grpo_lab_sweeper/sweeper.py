@@ -146,7 +146,11 @@ class GrpoOptunaSweeper(Sweeper):
         from grpo_lab.sweep.report import write_best
 
         s, study = self.settings, plan.study
-        while trials := plan.storage.claim(study, target=target, batch=s.n_jobs, distributions=plan.distributions):
+        while True:
+            with interrupts.deferred():  # a claim cut in the middle would leave the database locked
+                trials = plan.storage.claim(study, target=target, batch=s.n_jobs, distributions=plan.distributions)
+            if not trials:
+                return
             try:
                 try:
                     self._run_batch(plan, trials)
@@ -158,12 +162,13 @@ class GrpoOptunaSweeper(Sweeper):
             except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (grpo_lab.interrupts.Interrupted): stop the sweep
                 self._interrupted(study, trials, e)
                 raise
-            ranking = from_trials(study)
-            # Until the sweep ends, the configs it may still confirm keep their models (their test part is graded
-            # over every seed of the one chosen).
-            retention.apply(study, s.keep_models, s.keep_top_k, ranking, candidates=s.confirm.top_k)
-            best = self.sweep_dir / BEST_FILE
-            write_best(study, best, metrics=plan.metrics, storage=redact(plan.url), ranking=ranking)
+            with interrupts.deferred():
+                ranking = from_trials(study)
+                # Until the sweep ends, the configs it may still confirm keep their models (their test part is
+                # graded over every seed of the one chosen).
+                retention.apply(study, s.keep_models, s.keep_top_k, ranking, candidates=s.confirm.top_k)
+                best = self.sweep_dir / BEST_FILE
+                write_best(study, best, metrics=plan.metrics, storage=redact(plan.url), ranking=ranking)
             self._check_failures(study)
 
     def _plan_confirmation(self, plan: Plan) -> int:
@@ -313,19 +318,21 @@ class GrpoOptunaSweeper(Sweeper):
 
         space = plan.space
         keys = {key(o) for o in space.fixed}
-        ids = [plan.storage.trial_id(plan.study.study_name, t.number) for t in trials]
-        batch = [self._trial_overrides(plan, t, i, keys) for t, i in zip(trials, ids, strict=True)]
-        for trial, overrides in zip(trials, batch, strict=True):
-            trial.set_user_attr("overrides", redact(overrides))
-            trial.set_user_attr("worker", plan.worker)
-            trial.set_user_attr("command", redact(rerun_command(overrides)))
-            shown = " ".join(as_typed(o) for o in space.overrides_for(trial.params)[len(space.fixed) :])
-            log.info("Trial %d: %s", trial.number, redact(shown))
+        with interrupts.deferred():  # the study's database: see grpo_lab.interrupts.deferred
+            ids = [plan.storage.trial_id(plan.study.study_name, t.number) for t in trials]
+            batch = [self._trial_overrides(plan, t, i, keys) for t, i in zip(trials, ids, strict=True)]
+            for trial, overrides in zip(trials, batch, strict=True):
+                trial.set_user_attr("overrides", redact(overrides))
+                trial.set_user_attr("worker", plan.worker)
+                trial.set_user_attr("command", redact(rerun_command(overrides)))
+                shown = " ".join(as_typed(o) for o in space.overrides_for(trial.params)[len(space.fixed) :])
+                log.info("Trial %d: %s", trial.number, redact(shown))
         with plan.storage.heartbeats(ids):
             returns = self.launcher.launch(batch, initial_job_idx=self.job_idx)
         self.job_idx += len(batch)
-        for trial, ret in zip(trials, returns, strict=True):
-            self._tell(plan.study, trial, ret, plan.metrics)
+        with interrupts.deferred():
+            for trial, ret in zip(trials, returns, strict=True):
+                self._tell(plan.study, trial, ret, plan.metrics)
 
     def _tell(self, study: Any, trial: Any, ret: Any, metrics: list[str]) -> None:
         import optuna
