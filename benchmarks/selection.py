@@ -11,18 +11,24 @@ and the share whose validation winner scores below another member on the test it
     python benchmarks/selection.py --runs 16 --preset quickstart   # ~16 x 9.5 min on 2 CPU cores; resumable
     python benchmarks/selection.py --quick                         # the mechanics: 6 smoke runs, seconds each
 
-Runs go to outputs/selection/<preset>/seed_<s>/ (a finished one is not trained again: re-run the same command to
-go on). Results: benchmarks/results/selection.json (or selection_quick.json). The comparisons share runs, so they
-are not independent: the interval is the binomial one over comparisons and is narrower than the truth; the number
-of distinct runs is reported beside it.
+Runs are trained in outputs/selection/<preset>/seed_<s>/ (without saving the model: only records are read); each
+finished run's records (metrics.json, the graded items, .hydra/) are copied to
+benchmarks/results/selection_runs/<preset>/seed_<s>/, which is committed: a run found there is not trained again,
+so the benchmark goes on across sessions and machines (re-run the same command). Results:
+benchmarks/results/selection.json (or selection_quick.json, whose runs stay in outputs/). The comparisons share
+runs, so they are not independent: the interval is the binomial one over comparisons and is narrower than the
+truth; the number of distinct runs is reported beside it.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import random
+import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -32,21 +38,58 @@ from _pairs import REPO, RESULTS
 
 from grpo_lab.compare.paired import item_outcomes
 from grpo_lab.compare.sources import RunRecord, read_run_dir
-from grpo_lab.evaluation.ranking import from_runs
-from grpo_lab.evaluation.stats import wilson
+from grpo_lab.evaluation.ranking import from_runs, paired
+from grpo_lab.evaluation.stats import ALPHA, wilson
 
 METRIC = "eval_after/accuracy"
 TEST = "test_after/accuracy"
 
 
-def train(preset: str, seeds: list[int], root: Path, extra: list[str]) -> list[Path]:
-    """One single run per seed into root/seed_<s> (a finished one is kept: the command is resumable)."""
+RECORDS = RESULTS / "selection_runs"
+# What a comparison reads of a run folder (grpo_lab.compare.sources.read_run_dir), a few hundred KB a run.
+RECORD_FILES = (
+    "metrics.json",
+    "history.jsonl",
+    "eval_before.jsonl",
+    "eval_after.jsonl",
+    "test_before.jsonl",
+    "test_after.jsonl",
+    ".hydra",
+)
+
+
+def finished(folder: Path) -> bool:
+    metrics = folder / "metrics.json"
+    return metrics.is_file() and json.loads(metrics.read_text()).get("status") == "finished"
+
+
+def keep_records(run: Path, records: Path) -> None:
+    """Copy a finished run's records into `records` (complete or absent: copied beside it, then renamed)."""
+    partial = records.with_name(records.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    for name in RECORD_FILES:
+        source = run / name
+        if source.is_dir():
+            shutil.copytree(source, partial / name)
+        elif source.is_file():
+            shutil.copy2(source, partial / name)
+    partial.rename(records)
+
+
+def train(preset: str, seeds: list[int], root: Path, extra: list[str], records: Path | None) -> list[Path]:
+    """One single run per seed into root/seed_<s>; its records kept in records/seed_<s> (a run found in either,
+    finished, is not trained again: the command is resumable)."""
     folders = []
     for i, seed in enumerate(seeds, start=1):
         folder = root / f"seed_{seed}"
-        metrics = folder / "metrics.json"
-        if metrics.is_file() and json.loads(metrics.read_text()).get("status") == "finished":
-            folders.append(folder)
+        if records is not None and finished(records / folder.name):
+            folders.append(records / folder.name)
+            continue
+        if finished(folder):
+            if records is not None:
+                keep_records(folder, records / folder.name)
+            folders.append(folder if records is None else records / folder.name)
             continue
         if folder.exists():  # an unfinished attempt: grpo_lab never writes into a folder that holds a run
             folder.rename(folder.with_name(f"{folder.name}.unfinished-{int(time.time())}"))
@@ -58,23 +101,64 @@ def train(preset: str, seeds: list[int], root: Path, extra: list[str]) -> list[P
         if done.returncode != 0:
             sys.exit(f"seed {seed} failed ({done.returncode}):\n{done.stderr[-3000:]}")
         print(f"    {time.monotonic() - started:.0f} s", flush=True)
-        folders.append(folder)
+        if records is not None:
+            keep_records(folder, records / folder.name)
+        folders.append(folder if records is None else records / folder.name)
     return folders
 
 
+def _items(run: RunRecord) -> list | None:
+    return item_outcomes(run, METRIC)
+
+
+def _as_configs(groups: list[list[RunRecord]]) -> list[RunRecord]:
+    """The runs as a grid's jobs: group k is config k (its runs its seeds), whatever run they were."""
+    return [
+        dataclasses.replace(run, overrides=[f"+selection.config={k}", f"seed={run.name.removeprefix('seed_')}"])
+        for k, group in enumerate(groups)
+        for run in group
+    ]
+
+
 def judge(group: list[RunRecord]) -> dict:
-    """The grid's answer for these runs, and how its validation leader fares on the test items."""
-    ranking = from_runs(group, ["maximize"], items=lambda run: item_outcomes(run, METRIC))
+    """The grid's answer (grpo_lab.evaluation.ranking) for these jobs, and how the chosen config fares on the test
+    items: its runs' mean test accuracy below another config's."""
+    ranking = from_runs(group, ["maximize"], items=_items)
     leader = ranking.leader
-    named = leader is not None and not ranking.tied
-    tests = {run.name: run.metrics.get(TEST) for run in group}
-    leader_test = tests.get(leader.record.name) if leader is not None else None
-    others = [v for name, v in tests.items() if leader is None or name != leader.record.name]
+    config_of = {run.name: run.overrides[0] for run in group}
+    tests: dict[str, list[float]] = {}
+    for run in group:
+        if (value := run.metrics.get(TEST)) is not None:
+            tests.setdefault(config_of[run.name], []).append(value)
+    means = {config: statistics.fmean(values) for config, values in tests.items()}
+    chosen = config_of[leader.record.name] if leader is not None else None
     return {
         "runs": [run.name for run in group],
-        "winner_named": named,
+        "configs": len(set(config_of.values())),
+        "winner_named": leader is not None and not ranking.tied,
         "leader": leader.record.name if leader is not None else None,
-        "leader_loses_on_test": leader_test is not None and any(v is not None and v > leader_test for v in others),
+        "leader_loses_on_test": chosen in means and any(v > means[chosen] for c, v in means.items() if c != chosen),
+    }
+
+
+def judge_items(group: list[RunRecord]) -> dict:
+    """The earlier rule, one run per config: the best value wins unless another run is not shown to differ on the
+    same validation items (McNemar p >= 0.05): a test of two models, blind to the spread between seeds."""
+    leader = max(group, key=lambda run: run.metrics.get(METRIC, float("-inf")))
+    tied = any(
+        run.metrics.get(METRIC) == leader.metrics.get(METRIC)
+        or (versus := paired(_items(leader), _items(run))) is None
+        or versus.p_value >= ALPHA
+        for run in group
+        if run is not leader
+    )
+    loses = any(run.metrics.get(TEST, -1.0) > leader.metrics.get(TEST, -1.0) for run in group if run is not leader)
+    return {
+        "runs": [run.name for run in group],
+        "configs": len(group),
+        "winner_named": not tied,
+        "leader": leader.name,
+        "leader_loses_on_test": loses,
     }
 
 
@@ -83,36 +167,60 @@ def rate(hits: int, n: int) -> dict:
     return {"hits": hits, "n": n, "rate": hits / n if n else float("nan"), "ci95": [low, high]}
 
 
-def measure(folders: list[Path], groups: int, seed: int) -> dict:
+def summarise(comparisons: list[dict]) -> dict:
+    return {
+        "winner_named": rate(sum(c["winner_named"] for c in comparisons), len(comparisons)),
+        "leader_loses_on_test": rate(sum(c["leader_loses_on_test"] for c in comparisons), len(comparisons)),
+        "comparisons": comparisons,
+    }
+
+
+def measure(folders: list[Path], groups: int, seed: int, seeds_per_config: int) -> dict:
+    """Comparisons of identical configs under each rule: every pair and `groups` random groups of 4 configs."""
     records = [read_run_dir(folder) for folder in folders]
     for record, folder in zip(records, folders, strict=True):
         record.name = folder.name  # seed_<s>: the runs' own names are all the preset's
-    pairs = [judge(list(pair)) for pair in itertools.combinations(records, 2)]
     rng = random.Random(seed)
-    fours = [judge(rng.sample(records, 4)) for _ in range(groups)] if len(records) >= 4 else []
-    out = {
+    pairs = list(itertools.combinations(records, 2))
+    fours = [rng.sample(records, 4) for _ in range(groups)] if len(records) >= 4 else []
+    k = seeds_per_config
+    out: dict = {
         "metric": METRIC,
         "runs": {r.name: {"validation": r.metrics.get(METRIC), "test": r.metrics.get(TEST)} for r in records},
+        "rules": {
+            "items": "one run per config; a winner unless McNemar on the validation items says p >= 0.05 (before)",
+            "one_seed": "one run per config under grpo_lab's ranking: configs cannot be told apart on one seed",
+            "seeds": f"{k} runs per config under grpo_lab's ranking: Welch's t-test on the configs' seed values",
+        },
     }
-    for name, comparisons in (("pairs", pairs), ("groups_of_4", fours)):
-        out[name] = {
-            "winner_named": rate(sum(c["winner_named"] for c in comparisons), len(comparisons)),
-            "leader_loses_on_test": rate(sum(c["leader_loses_on_test"] for c in comparisons), len(comparisons)),
-            "comparisons": comparisons,
-        }
+    out["items"] = {"pairs": summarise([judge_items(list(p)) for p in pairs])}
+    out["items"]["groups_of_4"] = summarise([judge_items(g) for g in fours])
+    out["one_seed"] = {"pairs": summarise([judge(_as_configs([[a], [b]])) for a, b in pairs])}
+    out["one_seed"]["groups_of_4"] = summarise([judge(_as_configs([[r] for r in g])) for g in fours])
+    out["seeds"] = {}
+    for name, n_configs in (("pairs", 2), ("groups_of_4", 4)):
+        if len(records) < n_configs * k:
+            continue
+        splits = []
+        for _ in range(groups):
+            drawn = rng.sample(records, n_configs * k)
+            splits.append(judge(_as_configs([drawn[i * k : (i + 1) * k] for i in range(n_configs)])))
+        out["seeds"][name] = summarise(splits)
     return out
 
 
 def show(result: dict) -> None:
     print(f"\n{len(result['runs'])} runs of one config, seeds only differ; the grid's answer on {result['metric']}:")
-    print(f"{'comparison':<12} {'n':>4}  {'names a winner':<24} {'validation leader loses on test':<24}")
-    for name in ("pairs", "groups_of_4"):
-        block = result[name]
-        cells = []
-        for key in ("winner_named", "leader_loses_on_test"):
-            r = block[key]
-            cells.append(f"{100 * r['rate']:.1f}% [{100 * r['ci95'][0]:.0f}, {100 * r['ci95'][1]:.0f}]")
-        print(f"{name:<12} {block['winner_named']['n']:>4}  {cells[0]:<24} {cells[1]:<24}")
+    print(f"{'rule':<10} {'comparison':<12} {'n':>4}  {'names a winner':<22} {'chosen config loses on test':<22}")
+    for rule in ("items", "one_seed", "seeds"):
+        for name, block in result[rule].items():
+            cells = []
+            for key in ("winner_named", "leader_loses_on_test"):
+                r = block[key]
+                cells.append(f"{100 * r['rate']:.1f}% [{100 * r['ci95'][0]:.0f}, {100 * r['ci95'][1]:.0f}]")
+            print(f"{rule:<10} {name:<12} {block['winner_named']['n']:>4}  {cells[0]:<22} {cells[1]:<22}")
+    for rule, text in result["rules"].items():
+        print(f"  {rule}: {text}")
     print("Goal: names a winner in at most 5% of comparisons (the level the answer claims).")
 
 
@@ -122,14 +230,19 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=16)
     parser.add_argument("--first-seed", type=int, default=100, help="seeds first..first+runs-1 (none of the docs')")
     parser.add_argument("--groups", type=int, default=60, help="random groups of 4 formed from the runs")
+    parser.add_argument("--seeds-per-config", type=int, default=3, help="runs per config under the seeds rule")
     parser.add_argument("--quick", action="store_true", help="6 smoke runs: checks the mechanics, measures nothing")
     args = parser.parse_args()
-    preset, runs, extra = args.preset, args.runs, []
+    preset, runs, records = args.preset, args.runs, RECORDS / args.preset
     if args.quick:
-        preset, runs, extra = "smoke", 6, ["output.save_model=false"]
+        preset, runs, records = "smoke", 6, None
     root = REPO / "outputs" / "selection" / preset
-    folders = train(preset, list(range(args.first_seed, args.first_seed + runs)), root, extra)
-    result = measure(folders, args.groups, seed=0) | {"preset": preset, "quick": args.quick}
+    seeds = list(range(args.first_seed, args.first_seed + runs))
+    folders = train(preset, seeds, root, ["output.save_model=false"], records)
+    result = measure(folders, args.groups, seed=0, seeds_per_config=args.seeds_per_config) | {
+        "preset": preset,
+        "quick": args.quick,
+    }
     show(result)
     out = RESULTS / ("selection_quick.json" if args.quick else "selection.json")
     out.write_text(json.dumps(result, indent=1) + "\n")
