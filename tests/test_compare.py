@@ -66,9 +66,10 @@ def test_leaderboard_of_a_grid_matches_the_runs_files(grid, model_cache):
     assert "wandb sync " in proc.stdout
 
 
-def test_a_grids_jobs_leave_the_test_part_ungraded(grid):
-    """No job of a grid grades the test part: the choice among them cannot lean on it (its winner's is graded
-    after choosing), while each job's validation is graded as in a single run."""
+def test_a_grid_on_one_seed_names_no_winner_and_leaves_the_test_part_ungraded(grid):
+    """No job of a grid grades the test part: the choice among them cannot lean on it, while each job's validation is
+    graded as in a single run. With one seed per config nothing is chosen (a seed moves a score as much as a config
+    does), so no test part is graded at all, and the answer gives the grid again with seeds."""
     _, folder = grid
     for metrics_file in folder.rglob("metrics.json"):
         metrics = json.loads(metrics_file.read_text())["metrics"]
@@ -76,21 +77,36 @@ def test_a_grids_jobs_leave_the_test_part_ungraded(grid):
         assert not [k for k in metrics if k.startswith("test_")], metrics_file
         assert not (metrics_file.parent / "test_before.jsonl").exists()
         assert json.loads((metrics_file.parent / "job.json").read_text())["in_multirun"] is True
-    # Once chosen, the winner alone is graded on the test part, and the answer says the choice did not read it.
-    winner = max(folder.rglob("metrics.json"), key=lambda f: json.loads(f.read_text())["objective"]["value"]).parent
-    report = json.loads((folder / "test.json").read_text())
-    assert report["chosen_by"] == "train/reward_end" and list(report["graded"]) == [str(winner)]
-    graded = report["graded"][str(winner)]
-    assert graded["test_after/num_samples"] == 20
-    assert (
-        graded["test_after/accuracy_ci_low"] <= graded["test_after/accuracy"] <= graded["test_after/accuracy_ci_high"]
-    )
-    tested = [json.loads(line)["question"] for line in (winner / "test_after.jsonl").open()]
-    validated = {json.loads(line)["question"] for line in (winner / "eval_after.jsonl").open()}
-    assert len(tested) == 20 and not set(tested) & validated
-    assert [p.parent for p in folder.rglob("test_after.jsonl")] == [winner]
     answer = (folder / "answer.txt").read_text()
-    assert "Test part, graded after choosing (the choice read train/reward_end, never these items):" in answer
+    assert "No winner: one seed per config cannot tell configs apart" in answer
+    assert "Test part not graded: nothing was chosen (one seed per config)." in answer
+    assert not (folder / "test.json").exists() and not list(folder.rglob("test_after.jsonl"))
+    again = next(line.strip() for line in answer.splitlines() if line.strip().startswith("python -m grpo_lab -m "))
+    assert "lr=1e-5,5e-3" in again and again.endswith(" seed=1,2,3") and "experiment=smoke" in again
+
+
+def test_a_grid_with_seeds_chooses_a_config_and_grades_each_of_its_seeds_on_the_test_part(tmp_path, model_cache):
+    """Jobs that differ only in `seed` are one config's seeds: Welch's test across them tells the configs apart, and
+    the chosen config's every seed is graded on the test part after choosing (mean and interval over seeds)."""
+    args = ["-m", *FAST, "output.save_model=true", "eval.max_new_tokens=4,16", "seed=1,2"]
+    args += ["objective.metric=eval_after/mean_length", "objective.direction=minimize"]  # what the config sets
+    proc = run_cli(args, tmp_path, model_cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (folder,) = {p.parent.parent for p in (tmp_path / "outputs" / "multirun").rglob("metrics.json")}
+    assert "Winner: " in proc.stdout and "over 2 seeds" in proc.stdout, proc.stdout
+    chosen = sorted(
+        p.parent for p in folder.glob("*/config.yaml") if yaml.safe_load(p.read_text())["eval"]["max_new_tokens"] == 4
+    )
+    report = json.loads((folder / "test.json").read_text())
+    assert report["chosen_by"] == "eval_after/mean_length" and sorted(report["graded"]) == [str(p) for p in chosen]
+    for run in chosen:
+        graded = report["graded"][str(run)]
+        assert graded["test_after/num_samples"] == 20
+        tested = [json.loads(line)["question"] for line in (run / "test_after.jsonl").open()]
+        validated = {json.loads(line)["question"] for line in (run / "eval_after.jsonl").open()}
+        assert len(tested) == 20 and not set(tested) & validated
+    assert sorted(p.parent for p in folder.rglob("test_after.jsonl")) == chosen
+    assert "Test part, graded after choosing (the choice read eval_after/mean_length" in proc.stdout
 
 
 def test_export_the_best_and_run_it_again(grid, model_cache):

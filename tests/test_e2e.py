@@ -164,20 +164,19 @@ def test_grid_gives_one_run_per_job_in_one_group(tmp_path, model_cache):
     assert sorted(r.config["lr"] for r in runs) == [1e-5, 2e-5]
     assert sorted(r.config["learning_rate"] for r in runs) == [1e-5, 2e-5]
     assert all(r.state == "finished" for r in runs)
-    # The grid ends with its answer: the leaderboard of both jobs, the winner (both score 0 here: a tie)
-    # with the commands that re-run it, the compare and upload commands, and the leaderboard files.
+    # The grid ends with its answer: the leaderboard of both jobs; no winner on one seed a config, but the best job
+    # on its seed and the grid again with seeds; the compare and upload commands, and the leaderboard files.
     folder = jobs[0].parent
     end = proc.stdout[proc.stdout.index(f"== {folder.relative_to(tmp_path)}: 2 runs") :]
     table = _table_rows(end)
     assert [(row[1], row[2]) for row in table] == [("lr=1e-05", "finished"), ("lr=2e-05", "finished")]
-    assert [row[6] for row in table] == ["leader", "≈#1"]  # the paired comparison on the same held-out items
+    # the models' paired comparison on the same held-out items, which cannot tell their configs apart
+    assert [" ".join(row[6:9]) for row in table] == ["best, 1 seed", "+0 pts (p=1),"]
     lines = end.splitlines()
-    first_command = next(i for i, line in enumerate(lines) if line.startswith("  lr="))
-    one_line_naming(lines[first_command - 1], "2", "eval_after/accuracy")  # the tie above them: how many, on what
-    commands = [line.split(": ", 1)[1] for line in lines if line.startswith("  lr=")]
-    assert [c.split()[:3] for c in commands] == [["python", "-m", "grpo_lab"]] * 2
-    composed = run_cli([*shlex.split(commands[1])[3:], "--cfg", "job"], tmp_path, model_cache)
-    assert composed.returncode == 0 and yaml.safe_load(composed.stdout)["lr"] == 2e-5
+    (again,) = [line.strip() for line in lines if line.startswith("  python -m grpo_lab -m ")]
+    one_line_naming(lines[lines.index("  " + again) - 1], "one seed", "lr=1e-05", "eval_after/accuracy")
+    grid = shlex.split(again)[4:]  # the grid's own overrides, then the seeds
+    assert grid[-1] == "seed=1,2,3" and "lr=1e-5,2e-5" in grid and "experiment=smoke" in grid
     assert f"python -m grpo_lab.compare {folder.relative_to(tmp_path)}" in end
     assert f"wandb sync {folder.relative_to(tmp_path)}/*/wandb/offline-run-*" in end
     board = (folder / "leaderboard.md").read_text()

@@ -80,9 +80,9 @@ def write_preset(board: Board, run: RunRecord, name: str, *, force: bool = False
         for m, v in zip(board.source.metrics, run.values or [run.objective], strict=False)
         if v is not None
     )
-    confirmed = {c.trial: c for c in board.ranking.configs}
-    if (c := confirmed.get(run.trial)) is not None:  # picked by the seed mean (sweep confirmation runs)
-        tied = [f"#{o.trial}" for o in board.ranking.configs if o.tied]
+    config = next((e.config for e in board.ranking.entries if e.record is run), None)
+    if (c := next((c for c in board.ranking.configs if c.key == config), None)) is not None:  # picked by seed mean
+        tied = [f"#{o.trial}" if o.trial is not None else o.name for o in board.ranking.configs if o.tied]
         objective = f"{metric} = {c.mean.mean:.4g} [{c.mean.ci_low:.4g}, {c.mean.ci_high:.4g}] over {c.mean.n} seeds"
         objective += f", tied with {', '.join(tied)}" if tied else ""
     header = [

@@ -149,11 +149,19 @@ def _versus_columns(entry: Entry, ranking: Ranking, metric: str) -> dict[str, An
 
 
 def vs_leader(entry: Entry, ranking: Ranking) -> str | None:
-    """The `vs_#1` cell: `leader`, `≈#1 (p=...)` when tied with it, else how far behind and the test's p."""
+    """The `vs_#1` cell: `leader`, `≈#1 (p=...)` when tied with it, else how far behind and the test's p. With one
+    seed per config every config is tied with the leader's: the cell gives the two models' paired difference on
+    the same items, which says nothing of their configs."""
     if entry.verdict is Verdict.LEADER:
-        return "leader" if ranking.tested else None
+        return "leader" if ranking.tested else ("best, 1 seed" if ranking.one_seed else None)
     versus = entry.versus
-    if versus is None or entry.verdict is Verdict.UNRANKED:
+    if entry.verdict is Verdict.UNRANKED:
+        return None
+    if ranking.one_seed:
+        if versus is None or versus.test != "paired":
+            return "≈#1 (1 seed)"
+        return f"{100 * versus.difference:+.0f} pts (p={versus.p_value:.2g}), ≈#1 (1 seed)"
+    if versus is None:
         return None
     if entry.verdict is Verdict.TIED:
         return "≈#1 (too few seeds)" if math.isnan(versus.p_value) else f"≈#1 (p={versus.p_value:.2g})"

@@ -93,11 +93,29 @@ def _winners_test(board: Any, folder: Path) -> list[str]:
     best = ranking.leader
     if best is None or best.record.run_dir is None or not best.record.run_dir.is_dir():
         return []
+    if ranking.one_seed:
+        return ["", "Test part not graded: nothing was chosen (one seed per config)."]
     if ranking.tied:
         return ["", "Test part not graded: nothing was chosen (a tie); re-run the tied jobs with more seeds to choose."]
     if _failures(board):
         return ["", "Test part not graded: a job failed, so the winner may change once it is run again."]
-    return answer([best.record.run_dir], metric, folder)
+    runs = [e.record.run_dir for e in ranking.seeds_of(best) if e.record.run_dir is not None]  # each seed's run
+    return answer(runs, metric, folder)
+
+
+def _with_seeds(board: Any) -> str:
+    """The multirun's command again with `seed=1,2,3` (from its multirun.yaml; its overrides as the user typed
+    them, a given seed replaced)."""
+    from omegaconf import OmegaConf
+
+    from grpo_lab.config.overrides import key, user_overrides
+
+    try:
+        task = OmegaConf.load(board.source.out_dir / "multirun.yaml").hydra.overrides.task
+    except Exception:  # not a multirun folder of this version: the leader's own command
+        task = list(board.ranking.leader.overrides)
+    kept = [o for o in user_overrides([str(t) for t in task]) if key(o) != "seed"]
+    return shlex.join(["python", "-m", "grpo_lab", "-m", *kept, "seed=1,2,3"])
 
 
 def _failures(board: Any) -> list[str]:
@@ -106,8 +124,10 @@ def _failures(board: Any) -> list[str]:
 
 
 def _winner(board: Any) -> list[str]:
-    """The best finished run and its re-run command, or every run it cannot be told from: the same value, or
-    not distinguishable on the same held-out items (McNemar p >= 0.05)."""
+    """The best config and its re-run command, or every config it cannot be told from. One seed per config
+    cannot tell configs apart (a model's seed moves its score as much as a config does): the answer then names
+    the best job on its seed and the grid again with seeds; with several seeds a config, Welch's test across
+    them decides."""
     from grpo_lab.compare.leaderboard import vs_leader
     from grpo_lab.evaluation.stats import ALPHA
 
@@ -116,14 +136,26 @@ def _winner(board: Any) -> list[str]:
     if (best := ranking.leader) is None:
         return [f"No job finished with a value of {metric}: no winner."]
     value = f"{metric} = {best.objective:.4g}"
+    if ranking.configs:
+        c = ranking.configs[0]
+        value = f"{metric} mean {c.mean.mean:.4g} [{c.mean.ci_low:.4g}, {c.mean.ci_high:.4g}] over {c.mean.n} seeds"
+    if ranking.one_seed:
+        return [
+            f"No winner: one seed per config cannot tell configs apart (two seeds of one config differ as much as "
+            f"two configs do). Best on its seed: {best.record.name} ({value}, {direction}). To choose, run each "
+            "config with several seeds:",
+            f"  {_with_seeds(board)}",
+        ]
     if ranking.tied:
         tied = [best, *ranking.tied]
         lines = [
-            f"Tie: {len(tied)} jobs cannot be told apart on {metric} ({direction}; the best {value}): the same "
-            f"value, or not distinguishable on the same held-out items (p >= {ALPHA}). Re-run any of them:"
+            f"Tie: {len(tied)} configs cannot be told apart on {metric} ({direction}; the best {value}): not "
+            f"distinguishable over their seeds (Welch's t-test p >= {ALPHA}, or too few seeds). Re-run any of them "
+            "with more seeds:"
         ]
         return lines + [f"  {entry.record.name}: {entry.command}" for entry in tied]
-    runner_up = ranking.ranked[1:2]
-    label = vs_leader(runner_up[0], ranking) if runner_up else None
-    beaten = f"; vs #2: {label}" if label else ""
-    return [f"Winner: {best.record.name} ({value}, {direction}{beaten}). Re-run it:", f"  {best.command}"]
+    runner_up = next((e for e in ranking.ranked if e.config != best.config), None)  # the next config
+    label = vs_leader(runner_up, ranking) if runner_up is not None else None
+    beaten = f"; vs the next config: {label}" if label else ""
+    what = f"the config of {best.record.name}" if ranking.configs else best.record.name
+    return [f"Winner: {what} ({value}, {direction}{beaten}). Re-run it:", f"  {best.command}"]

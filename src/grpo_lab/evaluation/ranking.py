@@ -3,10 +3,13 @@
 A :class:`Ranking` orders the trials of a study (:func:`from_trials`) or the runs of a folder, study or W&B
 group (:func:`from_runs`) and gives each a :class:`Verdict` against the leader:
 
-- after a sweep's confirmation runs, configs are ranked by their mean over seeds and a runner-up whose
-  seed values Welch's t-test cannot tell from the leader's (p >= 0.05, or too few seeds) is tied;
-- otherwise the best value leads; a run with exactly its value is tied, and so is one whose held-out
-  items, graded on the same questions as the leader's, do not differ from them (exact McNemar, p >= 0.05);
+- when a config ran with several seeds (a sweep's confirmation runs; a grid's jobs that differ only in `seed`),
+  configs are ranked by their mean over seeds and a runner-up whose seed values Welch's t-test cannot tell from
+  the leader's (p >= 0.05, or too few seeds) is tied;
+- with one seed per config the best value leads and every other config is tied with it: two seeds of one config
+  differ as much as two configs (benchmarks/selection.py measured how often identical configs "differed" on the
+  same held-out items), so one seed cannot tell configs apart. The paired test on the leader's held-out items
+  (exact McNemar) is still given beside each run: it compares the two models, not their configs;
 - with several objectives the Pareto front leads and nothing is tied.
 
 The sweep's table and best.yaml, retention, the leaderboard, the multirun's end, `compare --export` and the
@@ -18,11 +21,11 @@ from __future__ import annotations
 import enum
 import math
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from grpo_lab.config.overrides import user_overrides
+from grpo_lab.config.overrides import key, user_overrides
 from grpo_lab.evaluation.stats import ALPHA, SeedMean, paired_change, seed_mean, welch_p
 from grpo_lab.paths import trial_name
 
@@ -52,13 +55,15 @@ class Versus:
 
 @dataclass(frozen=True)
 class Config:
-    """A config with confirmation runs: its search trial and the objective over all its seeds (search first)."""
+    """A config with several seeds (a sweep's confirmed config, a grid's seeds) and its objective over them."""
 
-    trial: int
+    trial: int | None  # a sweep's: its search trial (None for a grid's config)
     values: tuple[float, ...]
     mean: SeedMean
     p_vs_best: float  # Welch's p against the leader's config; nan for the leader, or too few seeds
     tied: bool
+    key: Hashable = None  # the entries' `config`
+    name: str = ""  # its first run's (a sweep's: trial_<n>)
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ class Entry:
     confirms: int | None = None  # the search trial whose config this run repeats with another seed
     versus: Versus | None = None
     record: Any = field(default=None, compare=False, repr=False)  # the trial or run record it was built from
+    config: Hashable = field(default=None, compare=False, repr=False)  # what its seeds share (see _config_key)
 
     @property
     def objective(self) -> float | None:
@@ -88,10 +94,12 @@ class Ranking:
     configs: tuple[Config, ...] = ()  # confirmed configs, best seed mean first
     tested: bool = False  # runners-up were tested against the leader (seed runs, or the leader's items)
 
+    one_seed: bool = False  # one seed per config: the configs cannot be told apart (all tied with the leader)
+
     @property
     def best(self) -> tuple[Entry, ...]:
-        """The leader, or the Pareto front; never a confirmation repeat."""
-        return tuple(e for e in self.entries if e.verdict is Verdict.LEADER and e.confirms is None)
+        """The leader, or the Pareto front; never a repeat of a config with another seed."""
+        return _firsts(e for e in self.entries if e.verdict is Verdict.LEADER and e.confirms is None)
 
     @property
     def leader(self) -> Entry | None:
@@ -99,7 +107,12 @@ class Ranking:
 
     @property
     def tied(self) -> tuple[Entry, ...]:
-        return tuple(e for e in self.entries if e.verdict is Verdict.TIED and e.confirms is None)
+        """The configs not shown to differ from the leader's (each by its best run)."""
+        return _firsts(e for e in self.entries if e.verdict is Verdict.TIED and e.confirms is None)
+
+    def seeds_of(self, entry: Entry) -> tuple[Entry, ...]:
+        """Every ranked run of `entry`'s config (its seeds), best first."""
+        return tuple(e for e in self.ranked if e.config == entry.config)
 
     @property
     def ranked(self) -> tuple[Entry, ...]:
@@ -112,6 +125,17 @@ def rerun_command(overrides: list[str]) -> str:
     return shlex.join(["python", "-m", "grpo_lab", *user_overrides(overrides)])
 
 
+def _firsts(entries: Any) -> tuple[Entry, ...]:
+    """The first entry of each config, in order."""
+    seen: set[Hashable] = set()
+    out = []
+    for e in entries:
+        if e.config not in seen:
+            seen.add(e.config)
+            out.append(e)
+    return tuple(out)
+
+
 class _Candidate(NamedTuple):
     name: str
     trial: int | None
@@ -120,6 +144,7 @@ class _Candidate(NamedTuple):
     overrides: tuple[str, ...]
     confirms: int | None
     record: Any
+    config: Hashable  # what a config's seeds share: its search trial's number, or its overrides less `seed`
 
 
 def from_trials(study: Any) -> Ranking:
@@ -136,6 +161,7 @@ def from_trials(study: Any) -> Ranking:
                 overrides=tuple(t.user_attrs.get("overrides", [])),
                 confirms=None if confirms is None else int(confirms),
                 record=t,
+                config=int(confirms) if confirms is not None else t.number,
             )
         )
     return _rank(cands, [d.name.lower() for d in study.directions], items=None)
@@ -155,10 +181,29 @@ def from_runs(
             overrides=tuple(run.overrides),
             confirms=run.confirms,
             record=run,
+            config=_config_key(run),
         )
         for run in runs
     ]
     return _rank(cands, list(directions), items=items)
+
+
+def _config_key(run: Any) -> Hashable:
+    """A sweep trial's config is its search trial's; a run's, its overrides less `seed` (a grid's jobs that differ
+    only in their seed are one config's seeds); a run without any override (a W&B run, a hand-made record) is
+    its own config: nothing says what it shares with another."""
+    if run.trial is not None:
+        return run.confirms if run.confirms is not None else run.trial
+    if not run.overrides:
+        return ("run", run.name)
+    return frozenset(o for o in user_overrides(run.overrides) if _key(o) != "seed")
+
+
+def _key(override: str) -> str:
+    try:
+        return key(override)
+    except Exception:  # not Hydra's grammar (a hand-written record): the text left of `=`
+        return override.partition("=")[0].lstrip("+~")
 
 
 def _values(run: Any) -> tuple[float, ...] | None:
@@ -177,18 +222,18 @@ def _rank(cands: list[_Candidate], directions: list[str], items: Callable[[Any],
         verdicts = {id(c): (Verdict.LEADER if id(c) in front else Verdict.BEHIND, None) for c in ranked}
         configs: tuple[Config, ...] = ()
         tested = False
-    elif any(c.confirms is not None for c in ranked):
+    elif any(c.confirms is not None for c in ranked) or _replicated(ranked):
         configs = _configs(ranked, signs[0])
-        order = {cfg.trial: i for i, cfg in enumerate(configs)}
-        groups = {id(c): order.get(_config_of(c), len(order)) for c in cands}
+        order = {cfg.key: i for i, cfg in enumerate(configs)}
+        groups = {id(c): order.get(c.config, len(order)) for c in cands}
         verdicts = {id(c): _config_verdict(c, configs) for c in ranked}
         tested = True
-    else:
+    else:  # one seed per config
         configs, groups = (), {}
         leader = min(ranked, key=lambda c: signs[0] * c.values[0], default=None)
         leader_items = items(leader.record) if items and leader is not None else None
         verdicts = {id(c): _value_verdict(c, leader, leader_items, items) for c in ranked}
-        tested = bool(leader_items)
+        tested = False
     position = {id(c): i for i, c in enumerate(cands)}
 
     def key(c: _Candidate) -> tuple:
@@ -197,11 +242,18 @@ def _rank(cands: list[_Candidate], directions: list[str], items: Callable[[Any],
         return (0, groups.get(id(c), 0), signs[0] * c.values[0], position[id(c)])
 
     entries = tuple(_entry(c, *verdicts.get(id(c), (Verdict.UNRANKED, None))) for c in sorted(cands, key=key))
-    return Ranking(entries=entries, directions=tuple(directions), configs=configs, tested=tested)
+    one_seed = len(directions) == 1 and not configs and len({c.config for c in ranked}) > 1
+    return Ranking(entries, tuple(directions), configs=configs, tested=tested, one_seed=one_seed)
+
+
+def _replicated(ranked: list[_Candidate]) -> bool:
+    """Whether some config has several finished seeds (a grid's `seed=1,2,3`)."""
+    configs = [c.config for c in ranked]
+    return len(set(configs)) < len(configs)
 
 
 def _entry(c: _Candidate, verdict: Verdict, versus: Versus | None) -> Entry:
-    return Entry(c.name, c.trial, c.values, verdict, c.overrides, c.confirms, versus, c.record)
+    return Entry(c.name, c.trial, c.values, verdict, c.overrides, c.confirms, versus, c.record, c.config)
 
 
 def _pareto(ranked: list[_Candidate], signs: list[float]) -> set[int]:
@@ -214,29 +266,32 @@ def _pareto(ranked: list[_Candidate], signs: list[float]) -> set[int]:
     return {i for i, loss in losses.items() if not any(dominates(other, loss) for other in losses.values())}
 
 
-def _config_of(c: _Candidate) -> int | None:
-    return c.confirms if c.confirms is not None else c.trial
-
-
 def _configs(ranked: list[_Candidate], sign: float) -> tuple[Config, ...]:
-    """Each confirmed config's seed values (its search trial's first), best mean first, with Welch's test."""
-    values: dict[int, list[float]] = {c.confirms: [] for c in ranked if c.confirms is not None}
+    """Each config's seed values (a sweep: its confirmed configs, the search trial's value first; runs: every
+    config), best mean first, with Welch's test against the best."""
+    sweep = any(c.trial is not None for c in ranked)
+    values: dict[Hashable, list[float]] = {}
+    if sweep:
+        values = {c.confirms: [] for c in ranked if c.confirms is not None}
+    first: dict[Hashable, _Candidate] = {}
     for c in sorted(ranked, key=lambda c: c.trial if c.trial is not None else -1):
-        if (number := _config_of(c)) in values:
-            values[number].append(c.values[0])
-    means = {n: seed_mean(v) for n, v in values.items()}
-    order = sorted(values, key=lambda n: sign * means[n].mean)
+        if c.config in values or not sweep:
+            values.setdefault(c.config, []).append(c.values[0])
+            first.setdefault(c.config, c)
+    means = {k: seed_mean(v) for k, v in values.items()}
+    order = sorted(values, key=lambda k: sign * means[k].mean)
     best = order[0]
     configs = []
-    for n in order:
-        p = math.nan if n == best else welch_p(values[best], values[n])
+    for k in order:
+        p = math.nan if k == best else welch_p(values[best], values[k])
         # nan (too few seeds) counts as tied: not shown to differ
-        configs.append(Config(n, tuple(values[n]), means[n], p, n != best and not p < ALPHA))
+        trial = first[k].trial if sweep else None
+        configs.append(Config(trial, tuple(values[k]), means[k], p, k != best and not p < ALPHA, k, first[k].name))
     return tuple(configs)
 
 
 def _config_verdict(c: _Candidate, configs: tuple[Config, ...]) -> tuple[Verdict, Versus | None]:
-    found = next((cfg for cfg in configs if cfg.trial == _config_of(c)), None)
+    found = next((cfg for cfg in configs if cfg.key == c.config), None)
     if found is None:  # a search trial that was not among the confirmed top k
         return Verdict.BEHIND, None
     if found is configs[0]:
@@ -251,12 +306,12 @@ def _value_verdict(
     leader_items: Items | None,
     items: Callable[[Any], Items | None] | None,
 ) -> tuple[Verdict, Versus | None]:
+    """One seed per config: every config is tied with the leader's; the paired test on the leader's items, when
+    both were graded on the same ones, says how the two models differ."""
     if c is leader:
         return Verdict.LEADER, None
     mine = items(c.record) if leader_items and items is not None else None
-    versus = paired(leader_items, mine) if leader_items and mine else None
-    tied = c.values[0] == leader.values[0] or (versus is not None and versus.p_value >= ALPHA)
-    return (Verdict.TIED if tied else Verdict.BEHIND), versus
+    return Verdict.TIED, paired(leader_items, mine) if leader_items and mine else None
 
 
 def paired(leader: Items, other: Items) -> Versus | None:

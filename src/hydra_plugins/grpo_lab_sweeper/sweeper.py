@@ -255,6 +255,8 @@ class GrpoOptunaSweeper(Sweeper):
         if best is not None:
             label = "Pareto-optimal trials" if len(metrics) > 1 else "Best trial"
             tie = f", tied with {', '.join('#' + str(e.trial) for e in ranking.tied)}" if ranking.tied else ""
+            if ranking.one_seed:  # every trial is tied: say why, not the list
+                tie = " (best on its one seed, which cannot tell configs apart: confirm.top_k re-runs the best)"
             print(f"\n{label}: {', '.join('#' + str(e.trial) for e in ranking.best)}{tie}  (details in {best})")
             for entry in ranking.best[:5]:
                 print(f"  #{entry.trial}: {redact(entry.command)}")
