@@ -296,6 +296,10 @@ def test_the_command_line_is_checked_before_hydra_writes_anything(tmp_path):
     with pytest.raises(ConfigError, match="is the folder of a grid or a sweep"):
         (full / "multirun.yaml").write_text("{}")
         checked(f"resume={full}")
+    # Hydra's own refusal is a ValueError with its traceback; one job's config is shown without -m.
+    with pytest.raises(ConfigError, match="--cfg shows one job's config and takes no -m"):
+        checked("-m", "lr=1e-5,2e-5", "--cfg", "job")
+    assert checked("lr=1e-5", "--cfg", "job")[-2:] == ["--cfg", "job"] and checked("-m", "--help")
 
 
 def test_sweep_space_and_rerun_command_round_trip():

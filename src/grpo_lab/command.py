@@ -19,9 +19,15 @@ from grpo_lab.paths import cache_dir, sweep_files
 def checked(args: list[str], positions: list[int]) -> list[str]:
     """The command line to hand Hydra (`args`: grpo_lab's prepared overrides and Hydra's flags; `positions`: where
     the overrides are), or a ConfigError saying what was wrong and how to ask for it."""
-    if set(args) & _SHOW_ONLY:  # prints the config or Hydra's information: runs nothing, writes nothing
-        return args
     multirun = "-m" in args or "--multirun" in args
+    if shown := set(args) & _SHOW_ONLY:  # prints the config or Hydra's information: runs nothing, writes nothing
+        if multirun and shown & {"--cfg", "-c", "--info", "-i"}:  # Hydra: a ValueError with its traceback
+            flag = sorted(shown)[0]
+            raise ConfigError(
+                f"{flag} shows one job's config and takes no -m: drop -m and give one value per swept key (e.g. "
+                f"lr=1e-5, not lr=1e-5,2e-5) to see that job's."
+            )
+        return args
     overrides = [args[i] for i in positions]
     keys = {ov.key(o): o for o in overrides}
     sweep = ov.as_dict([keys["sweep"]]).get("sweep") if "sweep" in keys else None
