@@ -222,6 +222,8 @@ def show(result: dict) -> None:
     for rule, text in result["rules"].items():
         print(f"  {rule}: {text}")
     print("Goal: names a winner in at most 5% of comparisons (the level the answer claims).")
+    print("Among identical configs the chosen one is below another on the test items by chance alone in ~50% of")
+    print("pairs and ~75% of groups of 4 (fewer with ties): a validation choice that carried no information.")
 
 
 def main() -> None:
