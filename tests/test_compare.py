@@ -93,7 +93,8 @@ def test_a_grid_with_seeds_chooses_a_config_and_grades_each_of_its_seeds_on_the_
     proc = run_cli(args, tmp_path, model_cache)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (folder,) = {p.parent.parent for p in (tmp_path / "outputs" / "multirun").rglob("metrics.json")}
-    assert "Winner: " in proc.stdout and "over 2 seeds" in proc.stdout, proc.stdout
+    assert "Winner: eval.max_new_tokens=4 (eval_after/mean_length mean " in proc.stdout, proc.stdout
+    assert "over 2 seeds" in proc.stdout
     chosen = sorted(
         p.parent for p in folder.glob("*/config.yaml") if yaml.safe_load(p.read_text())["eval"]["max_new_tokens"] == 4
     )

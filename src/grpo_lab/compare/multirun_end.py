@@ -103,6 +103,11 @@ def _winners_test(board: Any, folder: Path) -> list[str]:
     return answer(runs, metric, folder)
 
 
+def _less_seed(name: str) -> str:
+    """A grid job's name (what its job varies, `lr=1e-05,seed=1`) without its seed: its config's."""
+    return ",".join(part for part in name.split(",") if not part.startswith("seed=")) or name
+
+
 def _with_seeds(board: Any) -> str:
     """The multirun's command again with `seed=1,2,3` (from its multirun.yaml; its overrides as the user typed
     them, a given seed replaced)."""
@@ -157,5 +162,5 @@ def _winner(board: Any) -> list[str]:
     runner_up = next((e for e in ranking.ranked if e.config != best.config), None)  # the next config
     label = vs_leader(runner_up, ranking) if runner_up is not None else None
     beaten = f"; vs the next config: {label}" if label else ""
-    what = f"the config of {best.record.name}" if ranking.configs else best.record.name
+    what = _less_seed(best.record.name) if ranking.configs else best.record.name
     return [f"Winner: {what} ({value}, {direction}{beaten}). Re-run it:", f"  {best.command}"]
