@@ -8,7 +8,7 @@ McNemar test on the validation items) says "winner" or "tie"; any winner among i
 The answer claims 5% at most. Reported: the share of comparisons that name a winner, with its 95% Wilson interval,
 and the share whose validation winner scores below another member on the test items.
 
-    python benchmarks/selection.py --runs 16 --preset quickstart   # ~16 x 9.5 min on 2 CPU cores; resumable
+    python benchmarks/selection.py --runs 16 --preset quickstart   # ~16 x 9 min on 2 CPU cores; resumable
     python benchmarks/selection.py --quick                         # the mechanics: 6 smoke runs, seconds each
 
 Runs are trained in outputs/selection/<preset>/seed_<s>/ (without saving the model: only records are read); each
