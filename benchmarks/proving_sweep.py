@@ -28,11 +28,10 @@ import math
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from _pairs import REPO, RESULTS
-from selection import finished, keep_records
+from selection import trained
 
 from grpo_lab.compare.sources import read_run_dir
 from grpo_lab.config.overrides import key, user_overrides
@@ -100,25 +99,9 @@ def run_arms(preset: str, arms: dict[str, list[str]], seeds: list[int], scratch:
         order = list(arms) if i % 2 == 0 else list(reversed(arms))
         for arm in order:
             name = f"{arm}/seed_{seed}"
+            overrides = [f"experiment={preset}", *arms[arm], f"seed={seed}"]
             kept = records / name if records is not None else None
-            if kept is not None and finished(kept):
-                folders[arm][seed] = kept
-                continue
-            folder = scratch / name
-            if not finished(folder):
-                if folder.exists():  # an unfinished attempt: grpo_lab never writes into a folder that holds a run
-                    folder.rename(folder.with_name(f"{folder.name}.unfinished-{int(time.time())}"))
-                command = [sys.executable, "-m", "grpo_lab", f"experiment={preset}", *arms[arm], f"seed={seed}"]
-                command += ["logger=none", "output.save_model=false", f"hydra.run.dir={folder}"]
-                print(f"{name}: {' '.join(command[1:])}", flush=True)
-                started = time.monotonic()
-                done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
-                if done.returncode != 0:
-                    sys.exit(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-                print(f"    {time.monotonic() - started:.0f} s", flush=True)
-            if kept is not None:
-                keep_records(folder, kept)
-            folders[arm][seed] = kept or folder
+            folders[arm][seed] = trained(scratch / name, overrides, name, kept)
     return folders
 
 

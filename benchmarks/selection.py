@@ -77,34 +77,35 @@ def keep_records(run: Path, records: Path) -> None:
     partial.rename(records)
 
 
-def train(preset: str, seeds: list[int], root: Path, extra: list[str], records: Path | None) -> list[Path]:
-    """One single run per seed into root/seed_<s>; its records kept in records/seed_<s> (a run found in either,
-    finished, is not trained again: the command is resumable)."""
-    folders = []
-    for i, seed in enumerate(seeds, start=1):
-        folder = root / f"seed_{seed}"
-        if records is not None and finished(records / folder.name):
-            folders.append(records / folder.name)
-            continue
-        if finished(folder):
-            if records is not None:
-                keep_records(folder, records / folder.name)
-            folders.append(folder if records is None else records / folder.name)
-            continue
+def trained(folder: Path, overrides: list[str], label: str, records: Path | None) -> Path:
+    """One single run with these overrides into `folder` (no W&B, no saved model), its records copied to `records`
+    (None: not kept); a finished run found in either is not trained again. Returns the folder to read it from."""
+    if records is not None and finished(records):
+        return records
+    if not finished(folder):
         if folder.exists():  # an unfinished attempt: grpo_lab never writes into a folder that holds a run
             folder.rename(folder.with_name(f"{folder.name}.unfinished-{int(time.time())}"))
-        command = [sys.executable, "-m", "grpo_lab", f"experiment={preset}", f"seed={seed}", "logger=none"]
-        command += [f"hydra.run.dir={folder}", *extra]
-        print(f"[{i}/{len(seeds)}] seed {seed}: {' '.join(command[1:])}", flush=True)
+        command = [sys.executable, "-m", "grpo_lab", *overrides, "logger=none", "output.save_model=false"]
+        command.append(f"hydra.run.dir={folder}")
+        print(f"{label}: {' '.join(command[1:])}", flush=True)
         started = time.monotonic()
         done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
         if done.returncode != 0:
-            sys.exit(f"seed {seed} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+            sys.exit(f"{label} failed ({done.returncode}):\n{done.stderr[-3000:]}")
         print(f"    {time.monotonic() - started:.0f} s", flush=True)
-        if records is not None:
-            keep_records(folder, records / folder.name)
-        folders.append(folder if records is None else records / folder.name)
-    return folders
+    if records is None:
+        return folder
+    keep_records(folder, records)
+    return records
+
+
+def train(preset: str, seeds: list[int], root: Path, records: Path | None) -> list[Path]:
+    """One single run per seed into root/seed_<s>; its records kept in records/seed_<s> (resumable: see trained)."""
+    return [
+        trained(root / f"seed_{seed}", [f"experiment={preset}", f"seed={seed}"], f"[{i}/{len(seeds)}] seed {seed}",
+                None if records is None else records / f"seed_{seed}")
+        for i, seed in enumerate(seeds, start=1)
+    ]  # fmt: skip
 
 
 def _items(run: RunRecord) -> list | None:
@@ -240,7 +241,7 @@ def main() -> None:
         preset, runs, records = "smoke", 6, None
     root = REPO / "outputs" / "selection" / preset
     seeds = list(range(args.first_seed, args.first_seed + runs))
-    folders = train(preset, seeds, root, ["output.save_model=false"], records)
+    folders = train(preset, seeds, root, records)
     result = measure(folders, args.groups, seed=0, seeds_per_config=args.seeds_per_config) | {
         "preset": preset,
         "quick": args.quick,
