@@ -19,6 +19,7 @@ environment that differs from the server's in more than PYTHONPATH, coverage run
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -61,6 +62,11 @@ def _serve(socket_path: str) -> dict:
     if threading.active_count() != 1:
         print(f"not ready: {threading.active_count()} threads after the imports", flush=True)
         sys.exit(3)
+    # The imported libraries' objects leave the cyclic collector's view (they live as long as the job anyway): a job's
+    # collections, above all the one at its interpreter's exit, would otherwise walk them all and, by touching their
+    # pages, copy them out of the shared memory. Measured: a job that exits at once took 1.6 s to end, 0.36 s frozen.
+    # Nothing of the job changes: its own objects are collected as usual and its exit runs the same finalisation.
+    gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(socket_path)
     listener.listen(64)
