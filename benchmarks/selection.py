@@ -223,8 +223,33 @@ def show(result: dict) -> None:
     for rule, text in result["rules"].items():
         print(f"  {rule}: {text}")
     print("Goal: names a winner in at most 5% of comparisons (the level the answer claims).")
+    print("\nFor docs/benchmarks.md:\n" + markdown(result))
     print("Among identical configs the chosen one is below another on the test items by chance alone in ~50% of")
     print("pairs and ~75% of groups of 4 (fewer with ties): a validation choice that carried no information.")
+
+
+RULE_LABELS = {
+    "items": "before: McNemar between single runs",
+    "one_seed": "now, one seed a config",
+    "seeds": "now, 3 seeds a config (Welch)",
+}
+
+
+def markdown(result: dict) -> str:
+    """The table of docs/benchmarks.md, from the results (so that the page is never typed by hand)."""
+
+    def cell(r: dict) -> str:
+        return f"{100 * r['rate']:.1f}% [{100 * r['ci95'][0]:.0f}, {100 * r['ci95'][1]:.0f}] ({r['hits']}/{r['n']})"
+
+    lines = [
+        "| rule | comparisons | names a winner [95%] | chosen config below another on test [95%] |",
+        "|---|---|---|---|",
+    ]
+    for rule, label in RULE_LABELS.items():
+        for name, block in result[rule].items():
+            named, loses = cell(block["winner_named"]), cell(block["leader_loses_on_test"])
+            lines.append(f"| {label} | {name.replace('_', ' ')} | {named} | {loses} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
