@@ -7,7 +7,7 @@ STAMP := $(VENV)/.grpo_lab-installed
 # torch first and pinned: a looser request can pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: install demo test test-all test-random coverage lint clean-outputs vllm test-vllm
+.PHONY: install demo test test-full test-all test-random coverage lint clean-outputs vllm test-vllm
 
 install: $(STAMP)
 
@@ -23,8 +23,14 @@ $(STAMP): pyproject.toml
 demo: install
 	$(PY) -m grpo_lab
 
+# The quick answer after a change: every test but the slow ones and the heavy ones (whole process trees: jobs on
+# several processes or machines, Ctrl-C through worker processes, the wheel; pyproject.toml's markers).
 test: install
 	$(PY) -m pytest
+
+# What CI runs: the heavy tests too.
+test-full: install
+	$(PY) -m pytest -m "not slow"
 
 # Also the slow tests (the full quick-start, ~9 min on 2 CPU cores).
 test-all: install
@@ -34,12 +40,12 @@ test-all: install
 # no test may depend on another's order or leftovers. `make test-random SEED=N` replays an order.
 SEED ?= $(shell python3 -c "import random; print(random.randrange(10**6))")
 test-random: install
-	$(PY) -m pytest --random-order-bucket=global --random-order-seed=$(SEED)
+	$(PY) -m pytest -m "not slow" --random-order-bucket=global --random-order-seed=$(SEED)
 
 # Line coverage of src/, the CLI's subprocesses included ([tool.coverage.run] in pyproject.toml). Not part of
 # `make test`: measuring costs time.
 coverage: install
-	$(PY) -m pytest --cov --cov-report=term-missing:skip-covered
+	$(PY) -m pytest -m "not slow" --cov --cov-report=term-missing:skip-covered
 
 # Style, and the packages' layers (pyproject.toml's [tool.importlinter]; docs/architecture.md).
 lint: install

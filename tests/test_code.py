@@ -250,6 +250,7 @@ def _job(root: Path) -> Path:
     return metrics.parent
 
 
+@pytest.mark.heavy
 def test_code_smoke_runs_the_whole_path_and_ends_with_pass_at_1(tmp_path: Path, model_cache: Path) -> None:
     if shutil.which("bwrap") is None:
         skip_here("bubblewrap is not installed: apt-get install bubblewrap")
@@ -311,6 +312,7 @@ def test_without_bubblewrap_a_code_run_fails_in_one_line_before_loading_anything
     assert "Loading" not in proc.stderr and not list((tmp_path / "outputs").rglob("model"))
 
 
+@pytest.mark.heavy
 def test_code_humaneval_trains_smollm2_a_step(tmp_path: Path, model_cache: Path) -> None:
     """The CPU recipe's real model and data for one short step (its full run is the slow test below)."""
     if shutil.which("bwrap") is None:

@@ -464,6 +464,7 @@ def test_memory_row_counts_this_machines_share_of_the_processes(model_cache):
     assert doctor.memory_check(run, args, shape, PROMPT, [gpu, gpu]).status == "ok"
 
 
+@pytest.mark.heavy
 def test_doctor_on_two_machines_at_once(tmp_path, model_cache):
     port = free_port()
     several = ["launcher=ddp", "launcher.num_processes=2", "launcher.num_machines=2"]

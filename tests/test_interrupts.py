@@ -233,6 +233,7 @@ def test_ctrl_c_stops_a_grid_and_records_the_current_job(tmp_path, model_cache):
     assert not (sweep_dir / "1").exists()  # the grid stopped: the second job never started
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("launcher", "to_group"),
     [
@@ -265,6 +266,7 @@ def test_every_trial_in_a_worker_process_ends_recorded_after_ctrl_c(tmp_path, mo
     assert all(t.user_attrs["error"].startswith("interrupted by SIGINT at step") for t in trials)
 
 
+@pytest.mark.heavy
 def test_every_job_of_a_joblib_grid_ends_recorded_after_ctrl_c(tmp_path, model_cache):
     args = ["-m", *LONG, "lr=1e-5,2e-5", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=grid"]
     proc = _start(args, tmp_path, model_cache)
@@ -276,6 +278,7 @@ def test_every_job_of_a_joblib_grid_ends_recorded_after_ctrl_c(tmp_path, model_c
         assert _wandb_exit(tmp_path / "grid" / str(number))[1:] == ("failed", 130)
 
 
+@pytest.mark.heavy
 def test_ctrl_c_fails_the_running_trial_and_the_same_command_resumes_the_sweep(tmp_path, model_cache):
     from optuna.trial import TrialState
 
@@ -311,6 +314,7 @@ def test_ctrl_c_fails_the_running_trial_and_the_same_command_resumes_the_sweep(t
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]  # the FAIL one is not counted
 
 
+@pytest.mark.heavy
 def test_sigterm_to_a_multi_process_job_ends_every_child_within_10_s(tmp_path, model_cache):
     proc = _start([*DDP, "max_steps=500"], tmp_path, model_cache)
     _wait_for(_training("outputs/runs/*/*", tmp_path), proc, tmp_path)

@@ -80,6 +80,7 @@ def test_a_crashing_child_fails_the_job_with_its_error(tmp_path, model_cache):
     assert "training processes failed" in proc.stderr and "this reward fails on purpose" in proc.stderr
 
 
+@pytest.mark.heavy
 def test_killing_the_parent_leaves_no_child(tmp_path, model_cache):
     """SIGKILL gives the parent no chance to forward anything: the ranks watch its pid and stop by themselves."""
     parent = subprocess.Popen(
@@ -124,6 +125,7 @@ def test_a_sweep_with_two_processes_per_trial(tmp_path, model_cache):
         assert run.config["world_size"] == 2 and run.group == "lr_beta"
 
 
+@pytest.mark.heavy
 def test_pruning_a_two_process_trial_stops_every_rank_at_once(tmp_path, model_cache):
     trials = run_prune_sweep(tmp_path, model_cache, "launcher=ddp", "launcher.num_processes=2")
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.PRUNED]

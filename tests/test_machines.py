@@ -156,6 +156,7 @@ def metrics_files(tmp_path: Path) -> list[Path]:
     return sorted(tmp_path.rglob("metrics.json"))
 
 
+@pytest.mark.heavy
 def test_two_machines_on_loopback_train_one_job_recorded_once(tmp_path, model_cache):
     procs = start_machines(tmp_path, model_cache)
     try:
@@ -181,6 +182,7 @@ def test_two_machines_on_loopback_train_one_job_recorded_once(tmp_path, model_ca
         assert f"--num_processes 2 --num_machines 2 --machine_rank {rank} --main_process_ip 127.0.0.1" in log
 
 
+@pytest.mark.heavy
 def test_machines_started_with_different_settings_stop_before_training_naming_the_key(tmp_path, model_cache):
     procs = start_machines(tmp_path, model_cache, only={1: ["lr=3e-5"]})
     try:
@@ -218,6 +220,7 @@ def _rank_process(parent: psutil.Process) -> psutil.Process:
     return rank
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("where", "how"),
     [
@@ -265,6 +268,7 @@ def test_a_crash_or_ctrl_c_on_either_machine_ends_both_recorded_once(tmp_path, m
         assert metrics["status"] == "failed" and metrics["error"].startswith("another process of the job ended")
 
 
+@pytest.mark.heavy
 def test_a_sweep_trial_across_two_submitit_tasks_gives_one_objective(tmp_path, model_cache):
     """What `hydra/launcher=submitit_slurm hydra.launcher.nodes=2` does on a cluster, on this host: submitit runs
     the whole job in each task (here submitit_local's two tasks, each one "machine"), the tasks share the trial's

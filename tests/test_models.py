@@ -416,6 +416,7 @@ def test_packaged_gguf_converts_once_into_a_trainable_copy(tmp_path: Path, capfd
     assert (saved / "model.safetensors").is_file() and (saved / "tokenizer.json").is_file()
 
 
+@pytest.mark.heavy
 def test_concurrent_builders_wait_for_one_another(tmp_path: Path) -> None:
     """Two processes (the ranks of one job) prepare the same builtin at once: one builds, the other waits for it."""
     builds = tmp_path / "builds.log"

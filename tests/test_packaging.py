@@ -96,6 +96,7 @@ def _run_folder(cwd: Path) -> Path:
     return metrics.parent
 
 
+@pytest.mark.heavy
 def test_the_wheel_runs_smoke_and_the_users_own_preset(venv, user_repo, model_cache):
     # Our preset, from the user's repository: the configs come from the installed package.
     proc = subprocess.run(

@@ -110,6 +110,7 @@ def _files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()]
 
 
+@pytest.mark.heavy
 def test_no_secret_reaches_any_output(tmp_path, model_cache, password_storage):
     storage, storage_password = password_storage
     env_secrets = {

@@ -182,6 +182,7 @@ def _one_holder_at_a_time(storage, monkeypatch) -> None:
     assert st.is_lock_study("grpo_lab:claim-lock:s") and not st.is_lock_study("s")
 
 
+@pytest.mark.heavy
 def test_eight_workers_through_the_grpc_proxy_run_exactly_n_trials(tmp_path):
     """Many workers, one study, no database connection of their own: the sweep's claim lock goes through the
     proxy (StorageLock). The trials are the sweeper_scaling benchmark's no-op jobs, so that the workers contend

@@ -19,7 +19,7 @@ from conftest import REPO, postgres_url
 @pytest.mark.parametrize(
     ("storage", "workers"),
     [
-        ("postgresql", 2),
+        pytest.param("postgresql", 2, marks=pytest.mark.heavy),
         # 4 workers through Optuna's gRPC proxy in front of PostgreSQL (~1 min more). In CI the proxy's claims are
         # checked by tests/test_storage.py (8 workers); the README's table has the full run.
         pytest.param("grpc", 4, marks=pytest.mark.slow),

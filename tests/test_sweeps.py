@@ -554,6 +554,7 @@ def test_parallel_trials_through_the_joblib_launcher(tmp_path, model_cache):
     assert first.params != second.params
 
 
+@pytest.mark.heavy
 def test_parallel_trials_through_the_submitit_local_launcher(tmp_path, model_cache):
     """hydra-submitit-launcher's `submitit_local` runs the code path of its Slurm launcher (pickled jobs,
     submitit's own job folders, results read back from files) as local processes."""
