@@ -353,10 +353,22 @@ def test_a_run_whose_reward_pays_for_what_the_grader_does_not_raises_the_diverge
     (wandb_run,) = find_runs(run_dir)
     assert read_run(wandb_run).summary["health/divergence"] == event["step"]
     assert health(RunRecord("r", "finished", 0.0, health=record["health"], run_dir=run_dir)) == ["reward-vs-validation"]
-    # As `stop`: training ends at the step the alarm fired.
+    # As `stop`: training ends at the step the alarm fired; with output.keep=best the run still ends with the best
+    # step's model before it, saved and graded (validation and test), and is recorded as stopped.
     stopped = tmp_path / "stop"
     stopped.mkdir()
-    proc = run_cli([*HACKED, "health.divergence=stop"], stopped, model_cache, PYTHONPATH=str(REPO / "tests"))
+    args = [*HACKED, "health.divergence=stop", "output.keep=best", "output.save_model=true"]
+    proc = run_cli(args, stopped, model_cache, PYTHONPATH=str(REPO / "tests"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
     (metrics_file,) = stopped.glob("outputs/runs/*/*/metrics.json")
     record = json.loads(metrics_file.read_text())
-    assert record["status"] == "stopped" and record["metrics"]["train/steps"] == event["step"], record["status"]
+    metrics = record["metrics"]
+    assert record["status"] == "stopped" and metrics["train/steps"] == event["step"], record["status"]
+    kept, scores = int(metrics["keep/step"]), {int(k): v for k, v in record["keep"]["scores"].items()}
+    assert kept == max(scores, key=lambda s: (scores[s], -s)) < event["step"]  # the best evaluation, before the alarm
+    assert metrics["eval_after/words"] == scores[kept]  # graded again: the kept model
+    assert metrics["test_after/num_samples"] == 20 and (metrics_file.parent / "model" / "config.json").is_file()
+    assert (
+        f"The run ends with step {kept}'s model (output.keep=best), graded on the validation and test parts"
+        in (record["error"])
+    )

@@ -56,6 +56,8 @@ class TrainingHalted(GrpoLabError, RuntimeError):
 # What torch's gloo backend says when a peer rank's connection drops ("Connection closed by peer",
 # "Connection reset by peer"): the process that failed is another one.
 _PEER_GONE = "by peer"
+# The metrics' prefix of each graded part's evaluation after training.
+_PART = {"validation": "eval_after", "test": "test_after"}
 
 
 class ObjectiveValue(float):
@@ -349,11 +351,15 @@ class Recorder:
             f"Training {outcome.status} at step {event.get('step')} "
             f"(health.{event.get('rule')}={event.get('action')}): {event.get('message')}"
         )
+        if (kept := self.metrics.get("keep/step")) is not None:
+            parts = [name for name in ("validation", "test") if f"{_PART[name]}/num_samples" in self.metrics]
+            graded = f", graded on the {' and '.join(parts)} part{'s' * (len(parts) > 1)}" if parts else ""
+            message += f" The run ends with step {int(kept)}'s model (output.keep={self.job.cfg.output.keep}){graded}."
         if self.main:
             self.job.tracker.add_tags(outcome.status)
-            self._close(
-                self.result(outcome.status), {"status": outcome.status, "error": message}, exit_code=1, error=message
-            )
+            result = self.result(outcome.status)  # with the kept step's evaluations, if it kept one
+            summary = {**result.metrics, "status": outcome.status, "error": message}
+            self._close(result, summary, exit_code=1, error=message)
         self.closed = True
         return message
 
@@ -455,18 +461,28 @@ def _train_and_evaluate(job: _Job, recorder: Recorder) -> RunResult:
 
             outcome = Outcome()
             trainer = _fit(job, recorder, model, tokenizer, reporter, outcome, server)
-        if outcome.status is None:
+        # A health rule that stopped training (e.g. the divergence alarm) with output.keep=best|top_k: the best step
+        # before it is what the run was kept for, so it ends as a finished one does (model, graded validation and
+        # test parts), still recorded as stopped. Not for a pruned trial: the pruner ended it for its sweep.
+        ends_with_kept = outcome.status in ("stopped", "diverged") and _has_kept(recorder)
+        if outcome.status is None or ends_with_kept:
             _keep(recorder, trainer)
             if job.cfg.output.save_model:  # every process: sharded (DeepSpeed/FSDP) weights are gathered here
                 trainer.save_model(str(job.folder.model_dir))
                 if job.main:
                     tokenizer.save_pretrained(str(job.folder.model_dir))
             if job.main and job.cfg.eval.after:
-                _evaluate_after(job, recorder, trainer.model, tokenizer, reporter, outcome)
+                # A halted run's last evaluation is never pruned: its trial fails on the health rule anyway.
+                _evaluate_after(job, recorder, trainer.model, tokenizer, None if ends_with_kept else reporter, outcome)
         _release_vllm(trainer)
-        if recorder.keeper is not None and outcome.status is None:
+        if recorder.keeper is not None and (outcome.status is None or ends_with_kept):
             recorder.keeper.prune(latest=None)  # the run is over: only the kept checkpoints stay
         return _close(job, recorder, outcome, reporter)
+
+
+def _has_kept(recorder: Recorder) -> bool:
+    """Whether output.keep=best|top_k has a scored step to keep."""
+    return recorder.keeper is not None and recorder.keeper.best_step is not None
 
 
 def _keep(recorder: Recorder, trainer: Any) -> None:
