@@ -180,6 +180,18 @@ def test_a_sweep_that_would_mix_or_overwrite_its_study_is_refused(sweep, model_c
     assert len(load_study(sweep, "mine").trials) == 1
 
 
+@pytest.mark.parametrize("damage", ['{"study": "mine", "uid"', '["mine"]'], ids=["truncated", "not-an-object"])
+def test_a_damaged_study_record_is_refused_in_one_line(sweep, tmp_path, model_cache, damage):
+    """study.json says which study owns a sweep's folder: damaged, the owner is unknown, so nothing is written."""
+    shutil.copytree(sweep, tmp_path / "copy", symlinks=True)
+    marker = tmp_path / "copy" / "outputs" / "sweeps" / "mine" / "study.json"
+    marker.write_text(damage)
+    before = digest(tmp_path / "copy" / "outputs", logs=False)
+    proc = run_cli(SWEEP, tmp_path / "copy", model_cache, timeout=180)
+    error_line(proc, "outputs/sweeps/mine/study.json cannot be read", "restore the file")
+    assert digest(tmp_path / "copy" / "outputs", logs=False) == before
+
+
 # ------------------------------------------------------------------------------ silently something else
 def test_a_sweep_without_multirun_is_refused(tmp_path, model_cache):
     proc = run_cli(["sweep=lr_beta", "experiment=smoke"], tmp_path, model_cache, timeout=120)

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from grpo_lab.errors import ConfigError
+from grpo_lab.errors import ConfigError, one_line
 from grpo_lab.paths import STUDY_FILE
 from grpo_lab.redact import redact
 
@@ -88,7 +88,7 @@ def _check_folder(sweep_dir: Path, name: str, uid: str | None, *, has_trials: bo
         "(hydra.sweeper.sweep_root=<folder>), or the storage that holds that study"
     )
     if marker.is_file():
-        recorded = json.loads(marker.read_text()).get("uid")
+        recorded = _recorded_uid(marker)
         if recorded != uid:
             raise ConfigError(
                 f"{sweep_dir} holds the trials of another study named {name!r} (another storage, or a study made "
@@ -96,6 +96,21 @@ def _check_folder(sweep_dir: Path, name: str, uid: str | None, *, has_trials: bo
             )
     elif not has_trials and any(sweep_dir.glob("trial_*")):
         raise ConfigError(f"{sweep_dir} holds trial folders of a study this storage does not have: {fix}.")
+
+
+def _recorded_uid(marker: Path) -> str | None:
+    """The study id a folder's study.json records; a damaged one is refused: the folder's owner is unknown."""
+    try:
+        record = json.loads(marker.read_text())
+        if not isinstance(record, dict):
+            raise ValueError(f"a JSON {type(record).__name__}, not an object")
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"{marker} cannot be read ({type(e).__name__}: {one_line(e, 120)}), so whose trials "
+            f"{marker.parent} holds is unknown: restore the file, or delete it if every trial folder there is this "
+            "study's."
+        ) from None
+    return record.get("uid")
 
 
 def _check_same(name: str, before: dict[str, Any], now: dict[str, Any], what: str) -> None:
