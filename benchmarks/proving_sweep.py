@@ -41,6 +41,7 @@ TEST = "test_after/accuracy"
 SEARCH_SEED = 42  # the presets' seed: the sweep searches with it and confirms with 43, 44, ...
 # Settings of a run that are the benchmark's, not the config's: dropped from the winner's overrides.
 NOT_CONFIG = ("seed", "logger", "output", "hydra", "experiment", "sweep", "trial", "objective")
+SWEEP_ONLY = ("eval.before",)  # the sweep's own saving (below): both arms grade before and after training
 
 
 def sweep(preset: str, folder: Path, journal: Path, trials: int, confirm: int, confirm_seeds: int) -> list[str]:
@@ -50,7 +51,8 @@ def sweep(preset: str, folder: Path, journal: Path, trials: int, confirm: int, c
         sys.executable, "-m", "grpo_lab", "-m", "sweep=grpo", f"experiment={preset}", "logger=none",
         f"hydra.sweeper.study_name=proving_{preset}", f"hydra.sweeper.storage=journal:{journal}",
         f"hydra.sweeper.n_trials={trials}", f"hydra.sweeper.confirm.top_k={confirm}",
-        f"hydra.sweeper.confirm.seeds={confirm_seeds}", "hydra.sweeper.keep_models=none", f"hydra.sweep.dir={folder}",
+        f"hydra.sweeper.confirm.seeds={confirm_seeds}", "hydra.sweeper.keep_models=none",
+        f"hydra.sweeper.sweep_root={folder}",
         # The untrained model's validation score is the same in every trial (greedy decoding, one validation part,
         # one base model) and nothing chooses on it: not measured 16 times (~1 min a trial on the quick-start).
         "eval.before=false",
@@ -74,7 +76,11 @@ def winner(preset: str, journal: Path) -> tuple[list[str], dict]:
     leader = ranking.leader
     if leader is None:
         sys.exit("the sweep has no finished trial to choose from")
-    overrides = [o for o in user_overrides(leader.overrides) if key(o).split(".")[0] not in NOT_CONFIG]
+    overrides = [
+        o
+        for o in user_overrides(leader.overrides)
+        if key(o).split(".")[0] not in NOT_CONFIG and key(o) not in SWEEP_ONLY
+    ]
     config = next((c for c in ranking.configs if c.trial == leader.trial), None)
     trials = study.get_trials(deepcopy=False)
     seconds = [
