@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import signal
 import subprocess
 import sys
@@ -56,8 +57,14 @@ def test_gpus_per_job_on_a_cpu_machine_fails_before_launching(tmp_path, model_ca
 
 
 def test_two_processes_train_one_job_with_one_wandb_run(tmp_path, model_cache):
-    proc = run_cli(DDP, tmp_path, model_cache, timeout=300)
+    # A secret in the config reaches the children (they need it) through launch/job.json, which is private to this
+    # user while they run and gone after: no file of the run holds it (`length` ignores the extra argument).
+    secret = f"sk-{secrets.token_hex(8)}"
+    proc = run_cli([*DDP, f"+reward.functions.length.api_key={secret}"], tmp_path, model_cache, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    (launch_dir,) = (tmp_path / "outputs").rglob("launch")
+    assert (launch_dir / "children.log").is_file() and not (launch_dir / "job.json").exists()
     assert "finished ==" in proc.stdout  # the parent's summary, from the main child's result
     (metrics_file,) = (tmp_path / "outputs").rglob("metrics.json")
     metrics = json.loads(metrics_file.read_text())

@@ -53,11 +53,23 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def write_json(path: Path, data: Any, *, redact_secrets: bool = True) -> None:
-    """`data` as JSON, secrets masked, atomically. `redact_secrets=False` only for a file that hands a child
-    process its own config (`launch/job.json`): it needs the real values."""
-    data = jsonable(data)
-    write_atomic(path, json.dumps(redact(data) if redact_secrets else data, indent=2) + "\n")
+def write_json(path: Path, data: Any) -> None:
+    """`data` as JSON, secrets masked, atomically."""
+    write_atomic(path, json.dumps(redact(jsonable(data)), indent=2) + "\n")
+
+
+def write_private_json(path: Path, data: Any) -> None:
+    """`data` as JSON with its secrets, readable by this user only: the file that hands a job's child processes
+    their config (`launch/job.json`), which needs the real values. Its writer removes it when the job ends."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(jsonable(data), indent=2) + "\n")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_yaml(path: Path, data: Any) -> None:

@@ -173,13 +173,17 @@ def _run_children(spec: JobSpec, machines: Machines, *, slot: int, env: dict[str
     # The main child records the run in metrics.json, as a single-process run does: that is the result.
     # A resumed run's old metrics.json stays until then (the children read its W&B id); only a fresh one counts.
     stale = folder.metrics_file.read_bytes() if folder.metrics_file.exists() else None
-    argv = command(cfg.launcher, machines, _write_job(spec, launch_dir), machines.main_process_port or free_port())
+    job_file = _write_job(spec, launch_dir)
+    argv = command(cfg.launcher, machines, job_file, machines.main_process_port or free_port())
     if machines.several:
         log.info("This is %s.", machines.describe())
     log.info("Launching %d process(es): %s", cfg.launcher.num_processes // machines.num_machines, " ".join(argv))
     tail: deque[str] = deque(maxlen=_TAIL_LINES)
     try:
-        code = _wait_for_children(argv, launch_dir, _child_env(cfg, env, slot), tail)
+        try:
+            code = _wait_for_children(argv, launch_dir, _child_env(cfg, env, slot), tail)
+        finally:
+            job_file.unlink(missing_ok=True)  # its secrets stay on disk only while the children run
     except BaseException as e:
         untouched = spec.run.resume is not None and stale is not None  # a resume that restored the run's record
         if (signum := interrupts.signal_of(e)) is not None and machines.is_main and not folder.recorded_since(stale):
@@ -244,12 +248,13 @@ def _child_env(cfg: RunConfig, env: dict[str, str], slot: int) -> dict[str, str]
 
 def _write_job(spec: JobSpec, launch_dir: Path) -> Path:
     """launch/job.json: what every child runs, the job spec as the parent built it (the children never compose or
-    check again; the run folder's job.json is the same spec with its secrets masked)."""
+    check again). It holds the config's secrets, which the children need: readable by this user only, and removed
+    when the children have ended; the run folder's job.json is the record, with its secrets masked."""
     from grpo_lab import files
 
     job = {"spec": spec.as_json(), "parent_pid": os.getpid()}  # the children stop if this process dies
     job_file = launch_dir / "job.json"
-    files.write_json(job_file, job, redact_secrets=False)  # the children need the real values
+    files.write_private_json(job_file, job)
     return job_file
 
 
