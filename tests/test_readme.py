@@ -70,6 +70,9 @@ GRPC_WORKERS = "tests/test_storage.py::test_eight_workers_through_the_grpc_proxy
 CHECKS: dict[str, Run | Compose | Compare | Make | Serve] = {
     "make demo": Make("$(PY) -m grpo_lab", "tests/test_quickstart.py::test_quickstart_learns"),
     "make test": Make("$(PY) -m pytest", "tests/test_readme.py::test_every_readme_command_has_a_check"),
+    "make test-full": Make(
+        '$(PY) -m pytest -m "not slow"', "tests/test_readme.py::test_every_readme_command_has_a_check"
+    ),
     "python -m grpo_lab": Compose("tests/test_quickstart.py::test_quickstart_learns"),
     "python -m grpo_lab experiment=smoke": Compose(E2E_SMOKE),
     "python -m grpo_lab experiment=smoke lr=3e-5 beta=0.1 trainer.loss_type=dr_grpo": Compose(
