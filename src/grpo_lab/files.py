@@ -24,15 +24,17 @@ class RunFolderError(GrpoLabError):
     """A file of a run folder exists but cannot be read (damaged, or not written by grpo_lab)."""
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file of this process and rename: a reader never sees half a file."""
-    write_atomic_bytes(path, text.encode("utf-8"))
+def write_atomic(path: Path, text: str, *, mode: int = 0o666) -> None:
+    """Write through a temporary file of this process and rename: a reader never sees half a file. `mode` (less the
+    umask) is the file's from its creation on: 0o600 keeps it this user's even while it is written."""
+    write_atomic_bytes(path, text.encode("utf-8"), mode=mode)
 
 
-def write_atomic_bytes(path: Path, data: bytes) -> None:
+def write_atomic_bytes(path: Path, data: bytes, *, mode: int = 0o666) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(data)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as f:
+            f.write(data)
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -61,15 +63,7 @@ def write_json(path: Path, data: Any) -> None:
 def write_private_json(path: Path, data: Any) -> None:
     """`data` as JSON with its secrets, readable by this user only: the file that hands a job's child processes
     their config (`launch/job.json`), which needs the real values. Its writer removes it when the job ends."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(jsonable(data), indent=2) + "\n")
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(jsonable(data), indent=2) + "\n", mode=0o600)
 
 
 def write_yaml(path: Path, data: Any) -> None:
