@@ -223,9 +223,9 @@ def show(result: dict) -> None:
     for rule, text in result["rules"].items():
         print(f"  {rule}: {text}")
     print("Goal: names a winner in at most 5% of comparisons (the level the answer claims).")
-    print("\nFor docs/benchmarks.md:\n" + markdown(result))
     print("Among identical configs the chosen one is below another on the test items by chance alone in ~50% of")
     print("pairs and ~75% of groups of 4 (fewer with ties): a validation choice that carried no information.")
+    print("\nFor docs/benchmarks.md:\n" + markdown(result))
 
 
 RULE_LABELS = {

@@ -56,8 +56,6 @@ class TrainingHalted(GrpoLabError, RuntimeError):
 # What torch's gloo backend says when a peer rank's connection drops ("Connection closed by peer",
 # "Connection reset by peer"): the process that failed is another one.
 _PEER_GONE = "by peer"
-# The metrics' prefix of each graded part's evaluation after training.
-_PART = {"validation": "eval_after", "test": "test_after"}
 
 
 class ObjectiveValue(float):
@@ -352,7 +350,8 @@ class Recorder:
             f"(health.{event.get('rule')}={event.get('action')}): {event.get('message')}"
         )
         if (kept := self.metrics.get("keep/step")) is not None:
-            parts = [name for name in ("validation", "test") if f"{_PART[name]}/num_samples" in self.metrics]
+            graded_after = (("validation", "eval_after"), ("test", "test_after"))
+            parts = [part for part, prefix in graded_after if f"{prefix}/num_samples" in self.metrics]
             graded = f", graded on the {' and '.join(parts)} part{'s' * (len(parts) > 1)}" if parts else ""
             message += f" The run ends with step {int(kept)}'s model (output.keep={self.job.cfg.output.keep}){graded}."
         if self.main:
@@ -465,7 +464,8 @@ def _train_and_evaluate(job: _Job, recorder: Recorder) -> RunResult:
         # before it is what the run was kept for, so it ends as a finished one does (model, graded validation and
         # test parts), still recorded as stopped. Not for a pruned trial: the pruner ended it for its sweep.
         ends_with_kept = outcome.status in ("stopped", "diverged") and _has_kept(recorder)
-        if outcome.status is None or ends_with_kept:
+        ends_as_finished = outcome.status is None or ends_with_kept
+        if ends_as_finished:
             _keep(recorder, trainer)
             if job.cfg.output.save_model:  # every process: sharded (DeepSpeed/FSDP) weights are gathered here
                 trainer.save_model(str(job.folder.model_dir))
@@ -475,7 +475,7 @@ def _train_and_evaluate(job: _Job, recorder: Recorder) -> RunResult:
                 # A halted run's last evaluation is never pruned: its trial fails on the health rule anyway.
                 _evaluate_after(job, recorder, trainer.model, tokenizer, None if ends_with_kept else reporter, outcome)
         _release_vllm(trainer)
-        if recorder.keeper is not None and (outcome.status is None or ends_with_kept):
+        if recorder.keeper is not None and ends_as_finished:
             recorder.keeper.prune(latest=None)  # the run is over: only the kept checkpoints stay
         return _close(job, recorder, outcome, reporter)
 
